@@ -1,0 +1,64 @@
+// xgrad/framework/array.hpp — the storage behind a Tensor, for op authors.
+//
+// This is the one header that brings in xtensor. Include it in op implementation files
+// (.cpp), not in headers users include everywhere.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <variant>
+
+#include <xtensor/xarray.hpp>
+
+#include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/tensor.hpp"
+
+namespace xgrad {
+
+using ArrayVariant = std::variant<xt::xarray<float>, xt::xarray<double>, xt::xarray<bool>,
+                                  xt::xarray<std::int64_t>>;
+
+struct TensorImpl {
+  std::shared_ptr<ArrayVariant> value;  // shared with detach() and with saved outputs
+  Shape shape;
+  DType dtype = DType::Float32;
+  bool requires_grad = false;
+  std::shared_ptr<Node> grad_fn;
+  Tensor grad;
+};
+
+template <class T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::Float32; }
+template <> constexpr DType dtype_of<double>() { return DType::Float64; }
+template <> constexpr DType dtype_of<bool>() { return DType::Bool; }
+template <> constexpr DType dtype_of<std::int64_t>() { return DType::Int64; }
+
+// The container behind t. T must match t.dtype().
+template <class T> const xt::xarray<T>& value(const Tensor& t) {
+  return std::get<xt::xarray<T>>(*t.impl()->value);
+}
+template <class T> xt::xarray<T>& mutable_value(const Tensor& t) {
+  return std::get<xt::xarray<T>>(*t.impl()->value);
+}
+
+// Wraps a container into a new leaf tensor (no copy).
+template <class T> Tensor make_tensor(xt::xarray<T>&& a) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape.assign(a.shape().begin(), a.shape().end());
+  impl->dtype = dtype_of<T>();
+  impl->value = std::make_shared<ArrayVariant>(std::move(a));
+  return Tensor(std::move(impl));
+}
+// A new, uninitialised tensor of the given shape.
+template <class T> xt::xarray<T> empty_array(const Shape& shape) {
+  return xt::xarray<T>::from_shape(shape);
+}
+
+// Calls f(T{}) with T = float or double according to dtype; DTypeError otherwise.
+template <class F> decltype(auto) dispatch_float(const char* op, DType dtype, F&& f) {
+  if (dtype == DType::Float32) return f(float{});
+  if (dtype == DType::Float64) return f(double{});
+  throw DTypeError(std::string(op) + ": expected a float32 or float64 tensor, got " +
+                   dtype_name(dtype));
+}
+
+}  // namespace xgrad

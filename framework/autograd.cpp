@@ -1,0 +1,237 @@
+// Graph nodes, grad modes and the backward engine (Kahn's algorithm over tensors).
+#include <unordered_map>
+#include <unordered_set>
+
+#include "xgrad/framework/array.hpp"
+#include "xgrad/framework/autograd.hpp"
+#include "xgrad/ops/elementwise.hpp"
+
+namespace xgrad {
+
+// --- grad modes --------------------------------------------------------------------------
+static thread_local bool g_grad_enabled = true;
+bool is_grad_enabled() { return g_grad_enabled; }
+void set_grad_enabled(bool on) { g_grad_enabled = on; }
+NoGradGuard::NoGradGuard() : prev_(g_grad_enabled) { g_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { g_grad_enabled = prev_; }
+EnableGradGuard::EnableGradGuard() : prev_(g_grad_enabled) { g_grad_enabled = true; }
+EnableGradGuard::~EnableGradGuard() { g_grad_enabled = prev_; }
+
+// --- nodes -------------------------------------------------------------------------------
+Node::Node(std::string name, std::vector<Tensor> inputs, BackwardFn backward,
+           std::shared_ptr<TensorImpl> output_value_owner)
+    : name_(std::move(name)),
+      inputs_(std::move(inputs)),
+      backward_(std::move(backward)),
+      output_(std::move(output_value_owner)) {}
+
+Node::~Node() {
+  // Destroying the last handle to a long chain would otherwise recurse once per node.
+  // Steal the inputs of every node we are the last owner of, then let them die flat.
+  backward_ = nullptr;  // captured tensors first, so the inputs below are last owners
+  std::vector<Tensor> stack = std::move(inputs_);
+  while (!stack.empty()) {
+    Tensor t = std::move(stack.back());
+    stack.pop_back();
+    const auto& impl = t.impl_ptr();
+    if (impl && impl.use_count() == 1 && impl->grad_fn && impl->grad_fn.use_count() == 1) {
+      Node& n = *impl->grad_fn;
+      n.backward_ = nullptr;
+      for (auto& in : n.inputs_) stack.push_back(std::move(in));
+      n.inputs_.clear();
+    }
+  }
+}
+
+bool Node::needs_grad(std::size_t i) const { return i < inputs_.size() && inputs_[i].requires_grad(); }
+
+Tensor Node::output() const {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->value = output_->value;
+  impl->shape = output_->shape;
+  impl->dtype = output_->dtype;
+  impl->requires_grad = true;
+  impl->grad_fn = std::const_pointer_cast<Node>(shared_from_this());
+  return Tensor(std::move(impl));
+}
+
+std::vector<Tensor> Node::apply(const Tensor& grad) const {
+  if (released_)
+    throw GraphError("backward: trying to backward through the graph a second time (at op '" +
+                     name_ + "'): its saved values were freed by the first backward; pass "
+                     "retain_graph=true to the first backward");
+  std::vector<Tensor> grads = backward_(*this, grad);
+  if (grads.size() != inputs_.size())
+    throw GraphError("backward of '" + name_ + "' returned " + std::to_string(grads.size()) +
+                     " gradients for " + std::to_string(inputs_.size()) + " inputs");
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() || !needs_grad(i)) continue;
+    if (grads[i].shape() != inputs_[i].shape() || grads[i].dtype() != inputs_[i].dtype())
+      throw GraphError("backward of '" + name_ + "' returned a gradient " +
+                       shape_str(grads[i].shape()) + " " + dtype_name(grads[i].dtype()) +
+                       " for input " + std::to_string(i) + " of shape " +
+                       shape_str(inputs_[i].shape()) + " " + dtype_name(inputs_[i].dtype()));
+  }
+  return grads;
+}
+
+void Node::release() {
+  released_ = true;
+  backward_ = nullptr;
+  inputs_.clear();
+  output_.reset();
+}
+
+Tensor record(const char* op_name, Tensor out, std::vector<Tensor> inputs, BackwardFn backward) {
+  if (!is_grad_enabled()) return out;
+  bool any = false;
+  for (const auto& t : inputs) any = any || t.requires_grad();
+  if (!any) return out;
+  auto node = std::make_shared<Node>(op_name, std::move(inputs), std::move(backward),
+                                     out.detach().impl_ptr());
+  out.impl()->grad_fn = std::move(node);
+  out.impl()->requires_grad = true;
+  return out;
+}
+
+// --- engine ------------------------------------------------------------------------------
+namespace {
+
+class GradModeScope {
+ public:
+  explicit GradModeScope(bool on) : prev_(is_grad_enabled()) { set_grad_enabled(on); }
+  ~GradModeScope() { set_grad_enabled(prev_); }
+ private:
+  bool prev_;
+};
+
+// Runs reverse mode from outputs. When `targets` is null, leaf gradients accumulate into
+// .grad; otherwise the gradient reaching each target tensor is stored in (*targets)[impl].
+void run_backward(const char* who, const std::vector<Tensor>& outputs,
+                  const std::vector<Tensor>& grad_outputs, bool retain_graph, bool create_graph,
+                  std::unordered_map<TensorImpl*, Tensor>* targets) {
+  if (outputs.empty()) throw ValueError(std::string(who) + ": no outputs given");
+  if (!grad_outputs.empty() && grad_outputs.size() != outputs.size())
+    throw ValueError(std::string(who) + ": " + std::to_string(grad_outputs.size()) +
+                     " grad_outputs for " + std::to_string(outputs.size()) + " outputs");
+  std::vector<Tensor> seeds(outputs.size());
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& y = outputs[i];
+    if (!y.defined() || !y.requires_grad())
+      throw GraphError(std::string(who) + ": output " + std::to_string(i) +
+                       " does not require grad and has no grad_fn");
+    if (grad_outputs.empty() || !grad_outputs[i].defined()) {
+      if (y.numel() != 1)
+        throw ShapeError(std::string(who) + ": grad_output can be omitted only for one-element "
+                         "outputs; output " + std::to_string(i) + " has shape " +
+                         shape_str(y.shape()));
+      seeds[i] = ones(y.shape(), y.dtype());
+    } else {
+      const Tensor& g = grad_outputs[i];
+      if (g.shape() != y.shape() || g.dtype() != y.dtype())
+        throw ShapeError(std::string(who) + ": grad_output " + std::to_string(i) + " is " +
+                         shape_str(g.shape()) + " " + dtype_name(g.dtype()) +
+                         " but the output is " + shape_str(y.shape()) + " " +
+                         dtype_name(y.dtype()));
+      seeds[i] = g;
+    }
+  }
+
+  // 1. Discover the graph and count, for every tensor, the consumers that will send it a
+  //    gradient. `keep` holds every tensor alive while nodes release their inputs.
+  std::unordered_map<TensorImpl*, int> pending;
+  std::vector<Tensor> keep;
+  std::vector<Tensor> stack(outputs.begin(), outputs.end());
+  std::unordered_set<TensorImpl*> seen;
+  for (const auto& y : outputs) seen.insert(y.impl());
+  while (!stack.empty()) {
+    Tensor t = std::move(stack.back());
+    stack.pop_back();
+    if (const auto& node = t.impl()->grad_fn) {
+      if (node->released()) node->apply(Tensor());  // throws the "second time" error
+      for (const auto& in : node->inputs()) {
+        if (!in.requires_grad()) continue;
+        ++pending[in.impl()];
+        if (seen.insert(in.impl()).second) stack.push_back(in);
+      }
+    }
+    keep.push_back(std::move(t));
+  }
+
+  GradModeScope mode(create_graph);
+  std::unordered_map<TensorImpl*, Tensor> grads;
+  auto accumulate = [&](TensorImpl* key, const Tensor& g) {
+    auto it = grads.find(key);
+    if (it == grads.end() || !it->second.defined()) grads[key] = g;
+    else it->second = add(it->second, g);
+  };
+  for (std::size_t i = 0; i < outputs.size(); ++i) accumulate(outputs[i].impl(), seeds[i]);
+
+  // 2. Kahn's algorithm: a tensor is processed once all its consumers have been.
+  std::vector<Tensor> ready;
+  std::unordered_set<TensorImpl*> seeded;
+  for (const auto& y : outputs)
+    if (pending[y.impl()] == 0 && seeded.insert(y.impl()).second) ready.push_back(y);
+  while (!ready.empty()) {
+    Tensor t = std::move(ready.back());
+    ready.pop_back();
+    TensorImpl* key = t.impl();
+    Tensor g = std::move(grads[key]);
+    grads.erase(key);
+    if (targets) {
+      auto it = targets->find(key);
+      if (it != targets->end()) it->second = g;
+    }
+    const auto& node = t.impl()->grad_fn;
+    if (!node) {
+      if (!targets && g.defined()) {
+        Tensor acc = t.impl()->grad.defined() ? add(t.impl()->grad, g) : g;
+        t.impl()->grad = create_graph ? acc : acc.detach();
+      }
+      continue;
+    }
+    std::vector<Tensor> in_grads;
+    if (g.defined()) in_grads = node->apply(g);
+    std::vector<Tensor> inputs = node->inputs();
+    if (!retain_graph) node->release();
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const Tensor& in = inputs[i];
+      if (!in.requires_grad()) continue;
+      if (i < in_grads.size() && in_grads[i].defined()) accumulate(in.impl(), in_grads[i]);
+      if (--pending[in.impl()] == 0) ready.push_back(in);
+    }
+  }
+}
+
+}  // namespace
+
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
+              bool retain_graph, bool create_graph) {
+  run_backward("backward", outputs, grad_outputs, retain_graph || create_graph, create_graph,
+               nullptr);
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, GradOptions options) {
+  std::unordered_map<TensorImpl*, Tensor> targets;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined() || !inputs[i].requires_grad())
+      throw GraphError("grad: input " + std::to_string(i) +
+                       " does not require grad (masks, indices and constants have no gradient)");
+    targets[inputs[i].impl()] = Tensor();
+  }
+  run_backward("grad", outputs, grad_outputs, options.retain_graph || options.create_graph,
+               options.create_graph, &targets);
+  std::vector<Tensor> result;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    Tensor g = targets[inputs[i].impl()];
+    if (!g.defined() && !options.allow_unused)
+      throw GraphError("grad: input " + std::to_string(i) + " of shape " +
+                       shape_str(inputs[i].shape()) +
+                       " is not used to compute the outputs (pass allow_unused)");
+    result.push_back(options.create_graph || !g.defined() ? g : g.detach());
+  }
+  return result;
+}
+
+}  // namespace xgrad

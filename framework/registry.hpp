@@ -1,0 +1,46 @@
+// xgrad/framework/registry.hpp — the op registry.
+//
+// Every op registers its name, a callable taking its tensor inputs, and sample inputs
+// (float64; inputs to differentiate are marked requires_grad). One generic test runs
+// gradcheck and gradgradcheck over every registered op and sample, so an op added in one
+// file with an XGRAD_REGISTER_OP block is tested automatically.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "xgrad/framework/gradcheck.hpp"
+#include "xgrad/framework/tensor.hpp"
+
+namespace xgrad {
+
+struct OpSample {
+  std::string label;            // e.g. "broadcast (2,1,3) x (4,3)"
+  std::vector<Tensor> inputs;
+  bool zero_grad_ok = false;    // e.g. empty tensors: every gradient is legitimately empty
+};
+
+struct OpInfo {
+  std::string name;
+  TensorFn fn;
+  std::function<std::vector<OpSample>(Rng&)> samples;
+  GradcheckOptions options = {};  // per-op tolerances if needed
+  bool second_order = true;       // run gradgradcheck too
+};
+
+void register_op(OpInfo info);
+const std::vector<OpInfo>& registered_ops();
+const OpInfo* find_op(const std::string& name);  // nullptr when absent
+
+// Sample helpers: float64 leaves requiring grad.
+Tensor sample_randn(const Shape& shape, Rng& rng);
+Tensor sample_uniform(const Shape& shape, double low, double high, Rng& rng);
+
+}  // namespace xgrad
+
+#define XGRAD_CONCAT_INNER(a, b) a##b
+#define XGRAD_CONCAT(a, b) XGRAD_CONCAT_INNER(a, b)
+// XGRAD_REGISTER_OP({ "name", fn, samples }) at namespace scope in the op's .cpp file.
+#define XGRAD_REGISTER_OP(...)                                                 \
+  static const bool XGRAD_CONCAT(xgrad_registered_op_, __LINE__) =            \
+      (::xgrad::register_op(::xgrad::OpInfo __VA_ARGS__), true)

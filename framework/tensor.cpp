@@ -1,0 +1,241 @@
+// Tensor handle, factories and argument checks.
+#include <algorithm>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "xgrad/framework/array.hpp"
+#include "xgrad/framework/autograd.hpp"
+
+namespace xgrad {
+
+std::string shape_str(const std::vector<std::size_t>& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + ")";
+}
+
+const char* dtype_name(DType d) {
+  switch (d) {
+    case DType::Float32: return "float32";
+    case DType::Float64: return "float64";
+    case DType::Bool: return "bool";
+    case DType::Int64: return "int64";
+  }
+  return "?";
+}
+
+std::size_t numel(const Shape& shape) {
+  std::size_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+Tensor::Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+static TensorImpl& checked(const std::shared_ptr<TensorImpl>& p) {
+  if (!p) throw ValueError("tensor: operation on an undefined tensor");
+  return *p;
+}
+
+const Shape& Tensor::shape() const { return checked(impl_).shape; }
+std::size_t Tensor::numel() const { return xgrad::numel(shape()); }
+DType Tensor::dtype() const { return checked(impl_).dtype; }
+std::size_t Tensor::size(int axis) const { return shape()[normalize_axis("size", axis, dim())]; }
+
+bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
+bool Tensor::is_leaf() const { return checked(impl_).grad_fn == nullptr; }
+const std::shared_ptr<Node>& Tensor::grad_fn() const { return checked(impl_).grad_fn; }
+
+const Tensor& Tensor::set_requires_grad(bool on) const {
+  auto& impl = checked(impl_);
+  if (impl.grad_fn)
+    throw GraphError("set_requires_grad: only leaf tensors can change requires_grad; this one "
+                     "is the output of '" + impl.grad_fn->name() + "' (use detach())");
+  if (on && !is_float(impl.dtype))
+    throw DTypeError(std::string("set_requires_grad: only float tensors can require grad, got ") +
+                     dtype_name(impl.dtype) + " tensor of shape " + shape_str(impl.shape) +
+                     " (masks and indices are not differentiable)");
+  impl.requires_grad = on;
+  return *this;
+}
+
+Tensor Tensor::grad() const { return checked(impl_).grad; }
+void Tensor::set_grad(const Tensor& g) const {
+  auto& impl = checked(impl_);
+  if (g.defined() && (g.shape() != impl.shape || g.dtype() != impl.dtype))
+    throw ShapeError("set_grad: gradient " + shape_str(g.shape()) + " " + dtype_name(g.dtype()) +
+                     " does not match tensor " + shape_str(impl.shape) + " " +
+                     dtype_name(impl.dtype));
+  impl.grad = g;
+}
+void Tensor::zero_grad() const { checked(impl_).grad = Tensor(); }
+
+void Tensor::backward(const Tensor& grad_output, bool retain_graph, bool create_graph) const {
+  xgrad::backward({*this}, grad_output.defined() ? std::vector<Tensor>{grad_output}
+                                                 : std::vector<Tensor>{},
+                  retain_graph, create_graph);
+}
+
+Tensor Tensor::detach() const {
+  auto& impl = checked(impl_);
+  auto d = std::make_shared<TensorImpl>();
+  d->value = impl.value;
+  d->shape = impl.shape;
+  d->dtype = impl.dtype;
+  return Tensor(std::move(d));
+}
+
+Tensor Tensor::clone() const {
+  auto& impl = checked(impl_);
+  auto d = std::make_shared<TensorImpl>();
+  d->value = std::make_shared<ArrayVariant>(*impl.value);
+  d->shape = impl.shape;
+  d->dtype = impl.dtype;
+  return Tensor(std::move(d));
+}
+
+std::vector<double> Tensor::to_vector() const {
+  auto& impl = checked(impl_);
+  return std::visit(
+      [](const auto& a) {
+        std::vector<double> v(a.size());
+        std::transform(a.begin(), a.end(), v.begin(), [](auto x) { return double(x); });
+        return v;
+      },
+      *impl.value);
+}
+
+double Tensor::item() const {
+  if (numel() != 1)
+    throw ShapeError("item: expected a one-element tensor, got shape " + shape_str(shape()));
+  return to_vector()[0];
+}
+
+template <class T> const T* Tensor::data() const {
+  if (dtype() != dtype_of<T>())
+    throw DTypeError(std::string("data: requested ") + dtype_name(dtype_of<T>()) + " from a " +
+                     dtype_name(dtype()) + " tensor");
+  return value<T>(*this).data();
+}
+template <class T> T* Tensor::mutable_data() const {
+  if (dtype() != dtype_of<T>())
+    throw DTypeError(std::string("mutable_data: requested ") + dtype_name(dtype_of<T>()) +
+                     " from a " + dtype_name(dtype()) + " tensor");
+  return mutable_value<T>(*this).data();
+}
+template const float* Tensor::data<float>() const;
+template const double* Tensor::data<double>() const;
+template const bool* Tensor::data<bool>() const;
+template const std::int64_t* Tensor::data<std::int64_t>() const;
+template float* Tensor::mutable_data<float>() const;
+template double* Tensor::mutable_data<double>() const;
+template bool* Tensor::mutable_data<bool>() const;
+template std::int64_t* Tensor::mutable_data<std::int64_t>() const;
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  if (!t.defined()) return os << "Tensor(undefined)";
+  auto v = t.to_vector();
+  os << "Tensor(shape=" << shape_str(t.shape()) << ", dtype=" << dtype_name(t.dtype()) << ", [";
+  std::size_t shown = std::min<std::size_t>(v.size(), 16);
+  for (std::size_t i = 0; i < shown; ++i) os << (i ? ", " : "") << std::setprecision(6) << v[i];
+  if (shown < v.size()) os << ", ...";
+  os << "]";
+  if (t.requires_grad()) os << ", requires_grad";
+  if (!t.is_leaf()) os << ", grad_fn=" << t.grad_fn()->name();
+  return os << ")";
+}
+
+// --- factories ---------------------------------------------------------------------------
+
+template <class T> static Tensor from_values(const std::vector<double>& values, const Shape& shape) {
+  auto a = empty_array<T>(shape);
+  std::transform(values.begin(), values.end(), a.begin(), [](double x) { return T(x); });
+  return make_tensor(std::move(a));
+}
+
+Tensor tensor(const std::vector<double>& values, const Shape& shape, DType dtype) {
+  if (values.size() != xgrad::numel(shape))
+    throw ShapeError("tensor: " + std::to_string(values.size()) + " values do not fill shape " +
+                     shape_str(shape));
+  switch (dtype) {
+    case DType::Float32: return from_values<float>(values, shape);
+    case DType::Float64: return from_values<double>(values, shape);
+    case DType::Bool: return from_values<bool>(values, shape);
+    case DType::Int64: return from_values<std::int64_t>(values, shape);
+  }
+  throw DTypeError("tensor: unknown dtype");
+}
+
+Tensor scalar(double value, DType dtype) { return tensor({value}, {}, dtype); }
+Tensor full(const Shape& shape, double value, DType dtype) {
+  return tensor(std::vector<double>(xgrad::numel(shape), value), shape, dtype);
+}
+Tensor zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
+Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+
+Tensor randn(const Shape& shape, Rng& rng, DType dtype) {
+  std::normal_distribution<double> dist(0.0, 1.0);
+  std::vector<double> v(xgrad::numel(shape));
+  for (auto& x : v) x = dist(rng);
+  return tensor(v, shape, dtype);
+}
+
+Tensor uniform(const Shape& shape, double low, double high, Rng& rng, DType dtype) {
+  std::uniform_real_distribution<double> dist(low, high);
+  std::vector<double> v(xgrad::numel(shape));
+  for (auto& x : v) x = dist(rng);
+  return tensor(v, shape, dtype);
+}
+
+Tensor bool_tensor(const std::vector<bool>& values, const Shape& shape) {
+  return tensor(std::vector<double>(values.begin(), values.end()), shape, DType::Bool);
+}
+
+Tensor index_tensor(const std::vector<std::int64_t>& values, const Shape& shape) {
+  if (values.size() != xgrad::numel(shape))
+    throw ShapeError("index_tensor: " + std::to_string(values.size()) +
+                     " values do not fill shape " + shape_str(shape));
+  auto a = empty_array<std::int64_t>(shape);
+  std::copy(values.begin(), values.end(), a.begin());
+  return make_tensor(std::move(a));
+}
+
+Tensor arange(std::size_t n, DType dtype) {
+  std::vector<double> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = double(i);
+  return tensor(v, {n}, dtype);
+}
+
+// --- checks ------------------------------------------------------------------------------
+
+void check_float(const char* op, const char* arg, const Tensor& t) {
+  if (!t.defined()) throw ValueError(std::string(op) + ": argument '" + arg + "' is undefined");
+  if (!is_float(t.dtype()))
+    throw DTypeError(std::string(op) + ": argument '" + arg + "' must be float32 or float64, got " +
+                     dtype_name(t.dtype()) + " of shape " + shape_str(t.shape()));
+}
+
+void check_same_float(const char* op, const char* arg_a, const Tensor& a, const char* arg_b,
+                      const Tensor& b) {
+  check_float(op, arg_a, a);
+  check_float(op, arg_b, b);
+  if (a.dtype() != b.dtype())
+    throw DTypeError(std::string(op) + ": mixed dtypes: '" + arg_a + "' is " +
+                     dtype_name(a.dtype()) + " " + shape_str(a.shape()) + ", '" + arg_b + "' is " +
+                     dtype_name(b.dtype()) + " " + shape_str(b.shape()) + " (convert with .to())");
+}
+
+std::size_t normalize_axis(const char* op, long axis, std::size_t rank) {
+  long r = static_cast<long>(rank);
+  if (axis < -r || axis >= r)
+    throw IndexError(std::string(op) + ": axis " + std::to_string(axis) +
+                     " is out of range for a tensor of rank " + std::to_string(rank));
+  return static_cast<std::size_t>(axis < 0 ? axis + r : axis);
+}
+
+}  // namespace xgrad
+
+namespace xgrad {
+std::ostream& operator<<(std::ostream& os, DType d) { return os << dtype_name(d); }
+}  // namespace xgrad

@@ -1,0 +1,103 @@
+// Masks and selection. Masks are Bool tensors; true = masked.
+#include <xtensor/xbroadcast.hpp>
+
+#include "xgrad/ops/detail.hpp"
+#include "xgrad/ops/mask.hpp"
+#include "xgrad/ops/reduce.hpp"
+
+namespace xgrad {
+namespace {
+
+void check_bool(const char* op, const char* arg, const Tensor& t) {
+  if (!t.defined()) throw ValueError(std::string(op) + ": argument '" + arg + "' is undefined");
+  if (t.dtype() != DType::Bool)
+    throw DTypeError(std::string(op) + ": argument '" + arg + "' must be a bool mask, got " +
+                     dtype_name(t.dtype()) + " of shape " + shape_str(t.shape()));
+}
+
+}  // namespace
+
+Tensor expand_mask(const char* op, const Tensor& mask, const Shape& shape) {
+  check_bool(op, "mask", mask);
+  if (mask.shape() == shape) return mask;
+  if (detail::broadcast_shapes(op, "mask", mask.shape(), "x", shape) != shape)
+    throw ShapeError(std::string(op) + ": argument 'mask' " + shape_str(mask.shape()) +
+                     " does not broadcast to x " + shape_str(shape));
+  xt::xarray<bool> m = xt::broadcast(value<bool>(mask), shape);
+  return make_tensor(std::move(m));
+}
+
+// y = mask ? fill : x;  dx = masked_fill(g, mask, 0)
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double fill) {
+  check_float("masked_fill", "x", x);
+  Tensor m = expand_mask("masked_fill", mask, x.shape());
+  Tensor y = dispatch_float("masked_fill", x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    xt::xarray<T> v = xt::where(value<bool>(m), T(fill), value<T>(x));
+    return make_tensor(std::move(v));
+  });
+  return record("masked_fill", y, {x}, [m](const Node&, const Tensor& g) -> std::vector<Tensor> {
+    return {masked_fill(g, m, 0.0)};
+  });
+}
+
+// y = cond ? a : b (broadcast);  da = sum_to(where(cond, g, 0), A);  db = sum_to(where(cond, 0, g), B)
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  check_bool("where", "cond", cond);
+  check_same_float("where", "a", a, "b", b);
+  Shape ys = detail::broadcast_shapes("where", "a", a.shape(), "b", b.shape());
+  ys = detail::broadcast_shapes("where", "cond", cond.shape(), "a, b", ys);
+  Tensor y = dispatch_float("where", a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    xt::xarray<T> v = xt::where(value<bool>(cond), value<T>(a), value<T>(b));
+    return make_tensor(std::move(v));
+  });
+  return record("where", y, {a, b}, [cond](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    Tensor zero = scalar(0.0, g.dtype());
+    return {n.needs_grad(0) ? sum_to(where(cond, g, zero), n.input(0).shape()) : Tensor(),
+            n.needs_grad(1) ? sum_to(where(cond, zero, g), n.input(1).shape()) : Tensor()};
+  });
+}
+
+Tensor causal_mask(std::size_t T, std::size_t S, CausalAlign align) {
+  auto m = empty_array<bool>({T, S});
+  const long shift = align == CausalAlign::BottomRight ? long(S) - long(T) : 0;
+  for (std::size_t i = 0; i < T; ++i)
+    for (std::size_t j = 0; j < S; ++j) m(i, j) = long(j) > long(i) + shift;
+  return make_tensor(std::move(m));
+}
+
+template <class Fn> static Tensor logical(const char* op, const Tensor& a, const Tensor& b, Fn fn) {
+  check_bool(op, "a", a);
+  check_bool(op, "b", b);
+  detail::broadcast_shapes(op, "a", a.shape(), "b", b.shape());
+  xt::xarray<bool> v = fn(value<bool>(a), value<bool>(b));
+  return make_tensor(std::move(v));
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  return logical("logical_or", a, b, [](const auto& x, const auto& y) { return x || y; });
+}
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  return logical("logical_and", a, b, [](const auto& x, const auto& y) { return x && y; });
+}
+Tensor logical_not(const Tensor& a) {
+  check_bool("logical_not", "a", a);
+  xt::xarray<bool> v = !value<bool>(a);
+  return make_tensor(std::move(v));
+}
+
+// --- registration ----------------------------------------------------------------------
+XGRAD_REGISTER_OP({"masked_fill", [](const auto& x) { return masked_fill(x[0], x[1], -3.0); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"(2,3,4) causal (3,4)", {sample_randn({2, 3, 4}, r), causal_mask(3, 4)}},
+                             {"(2,3) row mask (2,1)",
+                              {sample_randn({2, 3}, r), bool_tensor({true, false}, {2, 1})}}};
+                   }});
+XGRAD_REGISTER_OP({"where", [](const auto& x) { return where(x[0], x[1], x[2]); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     Tensor c = bool_tensor({true, false, false, true, true, false}, {2, 3});
+                     return {{"cond (2,3), a (2,3), b (3)", {c, sample_randn({2, 3}, r), sample_randn({3}, r)}},
+                             {"cond (2,3), a (), b (2,1)", {c, sample_randn({}, r), sample_randn({2, 1}, r)}}};
+                   }});
+
+}  // namespace xgrad

@@ -1,0 +1,219 @@
+// matmul and linear on cblas_{s,d}gemm.
+#include <cblas.h>
+
+#include "xgrad/framework/runtime.hpp"
+#include "xgrad/ops/detail.hpp"
+#include "xgrad/ops/matmul.hpp"
+#include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/shape.hpp"
+
+extern "C" void openblas_set_num_threads(int);
+extern "C" int openblas_get_num_threads(void);
+
+namespace xgrad {
+
+void set_num_threads(int n) {
+  if (n < 1) throw ValueError("set_num_threads: n must be >= 1, got " + std::to_string(n));
+  openblas_set_num_threads(n);
+}
+int num_threads() { return openblas_get_num_threads(); }
+
+namespace {
+
+// C (M x N, row-major, ldc) = alpha op(A) op(B) + beta C, op(A): M x K, op(B): K x N.
+template <class T>
+void gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, const T* A,
+          const T* B, T beta, T* C) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (beta == T(0)) std::fill_n(C, M * N, T(0));
+    return;
+  }
+  const int lda = int(ta ? M : K), ldb = int(tb ? K : N), ldc = int(N);
+  const auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, TA, TB, int(M), int(N), int(K), 1.0f, A, lda, B, ldb, beta, C, ldc);
+  else
+    cblas_dgemm(CblasRowMajor, TA, TB, int(M), int(N), int(K), 1.0, A, lda, B, ldb, beta, C, ldc);
+}
+
+// Batched product of rank >= 2 operands; see matmul() for shapes.
+Tensor matmul_forward(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  const Shape &as = a.shape(), &bs = b.shape();
+  const std::size_t n = ta ? as[as.size() - 1] : as[as.size() - 2];
+  const std::size_t k = ta ? as[as.size() - 2] : as[as.size() - 1];
+  const std::size_t kb = tb ? bs[bs.size() - 1] : bs[bs.size() - 2];
+  const std::size_t m = tb ? bs[bs.size() - 2] : bs[bs.size() - 1];
+  if (k != kb)
+    throw ShapeError("matmul: argument 'a' " + shape_str(as) + (ta ? " (transposed)" : "") +
+                     " and argument 'b' " + shape_str(bs) + (tb ? " (transposed)" : "") +
+                     ": inner dimensions " + std::to_string(k) + " != " + std::to_string(kb));
+  const Shape abatch(as.begin(), as.end() - 2), bbatch(bs.begin(), bs.end() - 2);
+  const Shape batch = detail::broadcast_shapes("matmul", "a", abatch, "b", bbatch);
+  Shape ys = batch;
+  ys.push_back(n);
+  ys.push_back(m);
+  const std::size_t nbatch = numel(batch);
+  return dispatch_float("matmul", a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* pa = value<T>(a).data();
+    const T* pb = value<T>(b).data();
+    auto out = empty_array<T>(ys);
+    if (numel(bbatch) == 1 && !ta && numel(abatch) == nbatch) {
+      // b shared by every batch: one GEMM over (batch * n) rows of a.
+      gemm<T>(false, tb, nbatch * n, m, k, pa, pb, T(0), out.data());
+      return make_tensor(std::move(out));
+    }
+    const Shape pa_b = detail::pad_left(abatch, batch.size());
+    const Shape pb_b = detail::pad_left(bbatch, batch.size());
+    const auto sa = detail::broadcast_strides(pa_b, batch);
+    const auto sb = detail::broadcast_strides(pb_b, batch);
+    std::vector<std::size_t> idx(batch.size(), 0);
+    for (std::size_t i = 0; i < nbatch; ++i) {
+      std::size_t oa = 0, ob = 0;
+      for (std::size_t d = 0; d < batch.size(); ++d) {
+        oa += idx[d] * sa[d];
+        ob += idx[d] * sb[d];
+      }
+      gemm<T>(ta, tb, n, m, k, pa + oa * n * k, pb + ob * k * m, T(0), out.data() + i * n * m);
+      for (std::size_t d = batch.size(); d-- > 0;)
+        if (++idx[d] < batch[d]) break;
+        else idx[d] = 0;
+    }
+    return make_tensor(std::move(out));
+  });
+}
+
+}  // namespace
+
+// C = op(A) op(B)   A: (..., n, k)   B: (..., k, m)   C: (..., n, m)
+//   (ta, tb) = (0, 0): dA = G B^T      dB = A^T G
+//              (0, 1): dA = G B        dB = G^T A
+//              (1, 0): dA = B G^T      dB = A G
+//              (1, 1): dA = B^T G^T    dB = G^T A^T
+// each summed back over broadcast batch dims.
+Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  check_same_float("matmul", "a", a, "b", b);
+  if (a.dim() == 0 || b.dim() == 0)
+    throw ShapeError("matmul: arguments must have rank >= 1, got 'a' " + shape_str(a.shape()) +
+                     " and 'b' " + shape_str(b.shape()));
+  if (a.dim() == 1) return squeeze(matmul(unsqueeze(a, 0), b, false, tb), -2);
+  if (b.dim() == 1) return squeeze(matmul(a, unsqueeze(b, 1), ta, false), -1);
+  Tensor y = matmul_forward(a, b, ta, tb);
+  return record("matmul", y, {a, b}, [ta, tb](const Node& nd, const Tensor& g) -> std::vector<Tensor> {
+    const Tensor &a = nd.input(0), &b = nd.input(1);
+    Tensor da, db;
+    if (nd.needs_grad(0)) {
+      if (!ta) da = tb ? matmul(g, b) : matmul(g, b, false, true);
+      else da = tb ? matmul(b, g, true, true) : matmul(b, g, false, true);
+      da = sum_to(da, a.shape());
+    }
+    if (nd.needs_grad(1)) {
+      if (b.dim() == 2 && a.dim() > 2 && !ta) {
+        // Shared 2-D b: one GEMM over the flattened batch.
+        const std::size_t k = a.shape().back(), m = g.shape().back();
+        const std::size_t rows = a.numel() / std::max<std::size_t>(k, 1);
+        Tensor a2 = reshape(a, {rows, k}), g2 = reshape(g, {rows, m});
+        db = tb ? matmul(g2, a2, true, false) : matmul(a2, g2, true, false);
+      } else {
+        if (!tb) db = ta ? matmul(a, g) : matmul(a, g, true, false);
+        else db = ta ? matmul(g, a, true, true) : matmul(g, a, true, false);
+        db = sum_to(db, b.shape());
+      }
+    }
+    return {da, db};
+  });
+}
+
+// y (N, out) = x (N, in) W^T (in, out) + bias      N = product of x's leading dims
+// dx = g W;  dW = g^T x (over the flattened N);  dbias = sum of g over N
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  check_same_float("linear", "x", x, "weight", w);
+  if (w.dim() != 2)
+    throw ShapeError("linear: argument 'weight' must be (out_features, in_features), got " +
+                     shape_str(w.shape()));
+  if (x.dim() == 0 || x.shape().back() != w.shape()[1])
+    throw ShapeError("linear: argument 'x' " + shape_str(x.shape()) +
+                     " must end in in_features = " + std::to_string(w.shape()[1]) +
+                     " (weight " + shape_str(w.shape()) + ")");
+  const std::size_t in = w.shape()[1], out = w.shape()[0], N = x.numel() / std::max<std::size_t>(in, 1);
+  if (bias.defined()) {
+    check_same_float("linear", "x", x, "bias", bias);
+    if (bias.shape() != Shape{out})
+      throw ShapeError("linear: argument 'bias' " + shape_str(bias.shape()) + " must be (" +
+                       std::to_string(out) + ") for weight " + shape_str(w.shape()));
+  }
+  Shape ys = x.shape();
+  ys.back() = out;
+  Tensor y = dispatch_float("linear", x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    auto yv = empty_array<T>(ys);
+    T beta = T(0);
+    if (bias.defined()) {
+      const T* pb = value<T>(bias).data();
+      for (std::size_t r = 0; r < N; ++r) std::copy_n(pb, out, yv.data() + r * out);
+      beta = T(1);
+    }
+    gemm<T>(false, true, N, out, in, value<T>(x).data(), value<T>(w).data(), beta, yv.data());
+    return make_tensor(std::move(yv));
+  });
+  std::vector<Tensor> inputs{x, w};
+  if (bias.defined()) inputs.push_back(bias);
+  return record("linear", y, inputs, [N, in, out](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    std::vector<Tensor> grads(n.inputs().size());
+    if (n.needs_grad(0)) grads[0] = matmul(g, n.input(1));
+    if (n.needs_grad(1))
+      grads[1] = matmul(reshape(g, {N, out}), reshape(n.input(0), {N, in}), true, false);
+    if (n.inputs().size() > 2 && n.needs_grad(2)) grads[2] = sum_to(g, {out});
+    return grads;
+  });
+}
+
+// --- registration ----------------------------------------------------------------------
+namespace {
+std::vector<OpSample> matmul_samples(Rng& r) {
+  auto s = [&](const Shape& sh) { return sample_randn(sh, r); };
+  return {{"2-D (3,4) x (4,2)", {s({3, 4}), s({4, 2})}},
+          {"batched (2,3,4) x (2,4,2)", {s({2, 3, 4}), s({2, 4, 2})}},
+          {"broadcast (2,1,2,3) x (3,3,2)", {s({2, 1, 2, 3}), s({3, 3, 2})}},
+          {"shared b (2,3,4) x (4,2)", {s({2, 3, 4}), s({4, 2})}},
+          {"shared a (3,4) x (2,4,2)", {s({3, 4}), s({2, 4, 2})}},
+          {"vector (4) x (4,2)", {s({4}), s({4, 2})}},
+          {"size-1 (1,1) x (1,3)", {s({1, 1}), s({1, 3})}},
+          {"empty batch (0,3,4) x (4,2)", {s({0, 3, 4}), s({4, 2})}, true}};
+}
+// Shapes for op(a) op(b) with the given flags: transposed operands swap their last two dims.
+std::vector<OpSample> transposed_samples(Rng& r, bool ta, bool tb) {
+  auto s = [&](Shape sh, bool t) {
+    if (t) std::swap(sh[sh.size() - 1], sh[sh.size() - 2]);
+    return sample_randn(sh, r);
+  };
+  return {{"2-D", {s({3, 4}, ta), s({4, 2}, tb)}},
+          {"batched broadcast", {s({2, 3, 4}, ta), s({1, 4, 2}, tb)}},
+          {"shared b", {s({2, 3, 4}, ta), s({4, 2}, tb)}}};
+}
+std::vector<OpSample> linear_samples(Rng& r, bool with_bias) {
+  auto s = [&](const Shape& sh) { return sample_randn(sh, r); };
+  auto make = [&](const Shape& xs) {
+    std::vector<Tensor> v{s(xs), s({3, xs.back()})};
+    if (with_bias) v.push_back(s({3}));
+    return v;
+  };
+  return {{"x (2,4)", make({2, 4})}, {"x (2,2,4)", make({2, 2, 4})}, {"x (4)", make({4})},
+          {"x (0,4) empty batch", make({0, 4}), true}};
+}
+}  // namespace
+
+XGRAD_REGISTER_OP({"matmul", [](const auto& x) { return matmul(x[0], x[1]); }, matmul_samples});
+XGRAD_REGISTER_OP({"matmul(a, b^T)", [](const auto& x) { return matmul(x[0], x[1], false, true); },
+                   [](Rng& r) { return transposed_samples(r, false, true); }});
+XGRAD_REGISTER_OP({"matmul(a^T, b)", [](const auto& x) { return matmul(x[0], x[1], true, false); },
+                   [](Rng& r) { return transposed_samples(r, true, false); }});
+XGRAD_REGISTER_OP({"matmul(a^T, b^T)", [](const auto& x) { return matmul(x[0], x[1], true, true); },
+                   [](Rng& r) { return transposed_samples(r, true, true); }});
+XGRAD_REGISTER_OP({"linear", [](const auto& x) { return linear(x[0], x[1], x[2]); },
+                   [](Rng& r) { return linear_samples(r, true); }});
+XGRAD_REGISTER_OP({"linear(no bias)", [](const auto& x) { return linear(x[0], x[1]); },
+                   [](Rng& r) { return linear_samples(r, false); }});
+
+}  // namespace xgrad

@@ -1,0 +1,242 @@
+// Shape ops: every gradient routes back through the inverse shape op.
+#include <numeric>
+
+#include <xtensor/xmanipulation.hpp>
+
+#include "xgrad/ops/detail.hpp"
+#include "xgrad/ops/shape.hpp"
+
+namespace xgrad {
+
+// y = x viewed as `shape` (a copy);  dx = reshape(g, X)
+Tensor reshape(const Tensor& x, const Shape& shape) {
+  check_float("reshape", "x", x);
+  if (numel(shape) != x.numel())
+    throw ShapeError("reshape: cannot reshape argument 'x' " + shape_str(x.shape()) + " (" +
+                     std::to_string(x.numel()) + " elements) to " + shape_str(shape));
+  if (shape == x.shape()) return x;
+  Tensor y = dispatch_float("reshape", x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    xt::xarray<T> v = value<T>(x);
+    v.reshape(shape);
+    return make_tensor(std::move(v));
+  });
+  return record("reshape", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    return {reshape(g, n.input(0).shape())};
+  });
+}
+
+Tensor flatten(const Tensor& x) { return reshape(x, {x.numel()}); }
+
+Tensor unsqueeze(const Tensor& x, long axis) {
+  check_float("unsqueeze", "x", x);
+  Shape s = x.shape();
+  s.insert(s.begin() + long(normalize_axis("unsqueeze", axis < 0 ? axis + 1 : axis, x.dim() + 1)), 1);
+  return reshape(x, s);
+}
+
+Tensor squeeze(const Tensor& x, long axis) {
+  check_float("squeeze", "x", x);
+  const std::size_t d = normalize_axis("squeeze", axis, x.dim());
+  if (x.shape()[d] != 1)
+    throw ShapeError("squeeze: axis " + std::to_string(axis) + " of argument 'x' " +
+                     shape_str(x.shape()) + " has size " + std::to_string(x.shape()[d]) + ", not 1");
+  Shape s = x.shape();
+  s.erase(s.begin() + long(d));
+  return reshape(x, s);
+}
+
+// y[..., i_perm[k], ...] = x[...];  y.shape[k] = X[perm[k]];  dx = permute(g, perm^-1)
+Tensor permute(const Tensor& x, const std::vector<std::size_t>& perm) {
+  check_float("permute", "x", x);
+  std::vector<std::size_t> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::size_t> iota(x.dim());
+  std::iota(iota.begin(), iota.end(), 0);
+  if (sorted != iota)
+    throw ValueError("permute: " + shape_str(perm) + " is not a permutation of the axes of "
+                     "argument 'x' " + shape_str(x.shape()));
+  if (perm == iota) return x;
+  Tensor y = dispatch_float("permute", x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    xt::xarray<T> v = xt::transpose(value<T>(x), perm);
+    return make_tensor(std::move(v));
+  });
+  std::vector<std::size_t> inverse(perm.size());
+  for (std::size_t k = 0; k < perm.size(); ++k) inverse[perm[k]] = k;
+  return record("permute", y, {x}, [inverse](const Node&, const Tensor& g) -> std::vector<Tensor> {
+    return {permute(g, inverse)};
+  });
+}
+
+Tensor transpose(const Tensor& x, long axis0, long axis1) {
+  check_float("transpose", "x", x);
+  std::vector<std::size_t> perm(x.dim());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[normalize_axis("transpose", axis0, x.dim())],
+            perm[normalize_axis("transpose", axis1, x.dim())]);
+  return permute(x, perm);
+}
+
+// x: (outer, n, inner) -> y: (outer, length, inner), y[o, i, r] = x[o, start + i, r]
+// dx = unnarrow(g, axis, start, n)
+Tensor narrow(const Tensor& x, long axis, std::size_t start, std::size_t length) {
+  check_float("narrow", "x", x);
+  const std::size_t ax = normalize_axis("narrow", axis, x.dim());
+  if (start + length > x.shape()[ax])
+    throw IndexError("narrow: range [" + std::to_string(start) + ", " +
+                     std::to_string(start + length) + ") is out of bounds for axis " +
+                     std::to_string(axis) + " of argument 'x' " + shape_str(x.shape()));
+  Shape ys = x.shape();
+  ys[ax] = length;
+  const auto s = detail::split_at(x.shape(), ax);
+  Tensor y = dispatch_float("narrow", x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = value<T>(x).data();
+    auto out = empty_array<T>(ys);
+    for (std::size_t o = 0; o < s.outer; ++o)
+      std::copy_n(px + (o * s.n + start) * s.inner, length * s.inner,
+                  out.data() + o * length * s.inner);
+    return make_tensor(std::move(out));
+  });
+  const std::size_t n = s.n;
+  return record("narrow", y, {x}, [ax, start, n](const Node&, const Tensor& g) -> std::vector<Tensor> {
+    return {unnarrow(g, long(ax), start, n)};
+  });
+}
+
+// x: (outer, m, inner) -> y: (outer, size, inner), zeros except y[o, start + i, r] = x[o, i, r]
+// dx = narrow(g, axis, start, m)
+Tensor unnarrow(const Tensor& x, long axis, std::size_t start, std::size_t size) {
+  check_float("unnarrow", "x", x);
+  const std::size_t ax = normalize_axis("unnarrow", axis, x.dim());
+  const std::size_t m = x.shape()[ax];
+  if (start + m > size)
+    throw IndexError("unnarrow: argument 'x' " + shape_str(x.shape()) + " placed at " +
+                     std::to_string(start) + " does not fit in size " + std::to_string(size));
+  Shape ys = x.shape();
+  ys[ax] = size;
+  const auto s = detail::split_at(x.shape(), ax);
+  Tensor y = dispatch_float("unnarrow", x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = value<T>(x).data();
+    xt::xarray<T> out = xt::zeros<T>(ys);
+    for (std::size_t o = 0; o < s.outer; ++o)
+      std::copy_n(px + o * m * s.inner, m * s.inner, out.data() + (o * size + start) * s.inner);
+    return make_tensor(std::move(out));
+  });
+  return record("unnarrow", y, {x}, [ax, start, m](const Node&, const Tensor& g) -> std::vector<Tensor> {
+    return {narrow(g, long(ax), start, m)};
+  });
+}
+
+// y = [x_0 | x_1 | ...] along axis;  dx_k = narrow(g, axis, offset_k, n_k)
+Tensor concat(const std::vector<Tensor>& xs, long axis) {
+  if (xs.empty()) throw ValueError("concat: argument 'xs' is an empty list");
+  for (std::size_t k = 0; k < xs.size(); ++k) {
+    check_same_float("concat", "xs[0]", xs[0], ("xs[" + std::to_string(k) + "]").c_str(), xs[k]);
+  }
+  const std::size_t ax = normalize_axis("concat", axis, xs[0].dim());
+  Shape ys = xs[0].shape();
+  ys[ax] = 0;
+  std::vector<std::size_t> sizes;
+  for (std::size_t k = 0; k < xs.size(); ++k) {
+    Shape a = xs[k].shape(), b = xs[0].shape();
+    if (a.size() != b.size() || (a[ax] = 0, b[ax] = 0, a != b))
+      throw ShapeError("concat: xs[" + std::to_string(k) + "] has shape " +
+                       shape_str(xs[k].shape()) + " but xs[0] has " + shape_str(xs[0].shape()) +
+                       "; shapes must agree except along axis " + std::to_string(axis));
+    sizes.push_back(xs[k].shape()[ax]);
+    ys[ax] += sizes.back();
+  }
+  const auto s = detail::split_at(ys, ax);
+  Tensor y = dispatch_float("concat", xs[0].dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    auto out = empty_array<T>(ys);
+    std::size_t offset = 0;
+    for (std::size_t k = 0; k < xs.size(); ++k) {
+      const T* px = value<T>(xs[k]).data();
+      for (std::size_t o = 0; o < s.outer; ++o)
+        std::copy_n(px + o * sizes[k] * s.inner, sizes[k] * s.inner,
+                    out.data() + (o * s.n + offset) * s.inner);
+      offset += sizes[k];
+    }
+    return make_tensor(std::move(out));
+  });
+  return record("concat", y, xs, [ax, sizes](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    std::vector<Tensor> grads;
+    std::size_t offset = 0;
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      grads.push_back(n.needs_grad(k) ? narrow(g, long(ax), offset, sizes[k]) : Tensor());
+      offset += sizes[k];
+    }
+    return grads;
+  });
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<std::size_t>& sizes, long axis) {
+  check_float("split", "x", x);
+  const std::size_t ax = normalize_axis("split", axis, x.dim());
+  const std::size_t total = std::accumulate(sizes.begin(), sizes.end(), std::size_t{0});
+  if (total != x.shape()[ax])
+    throw ShapeError("split: sizes " + shape_str(sizes) + " add up to " + std::to_string(total) +
+                     " but axis " + std::to_string(axis) + " of argument 'x' " +
+                     shape_str(x.shape()) + " has size " + std::to_string(x.shape()[ax]));
+  std::vector<Tensor> pieces;
+  std::size_t offset = 0;
+  for (auto n : sizes) {
+    pieces.push_back(narrow(x, axis, offset, n));
+    offset += n;
+  }
+  return pieces;
+}
+
+std::vector<Tensor> chunk(const Tensor& x, std::size_t n, long axis) {
+  check_float("chunk", "x", x);
+  const std::size_t size = x.shape()[normalize_axis("chunk", axis, x.dim())];
+  if (n == 0 || size % n != 0)
+    throw ShapeError("chunk: axis " + std::to_string(axis) + " of argument 'x' " +
+                     shape_str(x.shape()) + " does not split into " + std::to_string(n) +
+                     " equal pieces");
+  return split(x, std::vector<std::size_t>(n, size / n), axis);
+}
+
+// --- registration ----------------------------------------------------------------------
+XGRAD_REGISTER_OP({"reshape", [](const auto& x) { return reshape(x[0], {3, 2, 2}); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"(2,6) -> (3,2,2)", {sample_randn({2, 6}, r)}}};
+                   }});
+XGRAD_REGISTER_OP({"permute", [](const auto& x) { return permute(x[0], {2, 0, 1}); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"(2,3,4)", {sample_randn({2, 3, 4}, r)}},
+                             {"(1,3,1)", {sample_randn({1, 3, 1}, r)}}};
+                   }});
+XGRAD_REGISTER_OP({"transpose", [](const auto& x) { return transpose(x[0], -1, -2); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"(2,3,4)", {sample_randn({2, 3, 4}, r)}},
+                             {"(3,2)", {sample_randn({3, 2}, r)}}};
+                   }});
+XGRAD_REGISTER_OP({"narrow", [](const auto& x) { return narrow(x[0], 1, 1, 2); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"(2,4,3) axis 1 [1,3)", {sample_randn({2, 4, 3}, r)}},
+                             {"(0,4) empty batch", {sample_randn({0, 4}, r)}, true}};
+                   }});
+XGRAD_REGISTER_OP({"unnarrow", [](const auto& x) { return unnarrow(x[0], 1, 1, 4); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"(2,2,3) into (2,4,3)", {sample_randn({2, 2, 3}, r)}}};
+                   }});
+XGRAD_REGISTER_OP({"concat", [](const auto& x) { return concat(x, -1); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"(2,3) | (2,1) | (2,2)",
+                              {sample_randn({2, 3}, r), sample_randn({2, 1}, r), sample_randn({2, 2}, r)}},
+                             {"(2,3) | (2,0)", {sample_randn({2, 3}, r), sample_randn({2, 0}, r)}}};
+                   }});
+XGRAD_REGISTER_OP({"split", [](const auto& x) {
+                     auto p = split(x[0], {1, 3}, 0);  // swap the pieces: routes each back
+                     return concat({p[1], p[0]}, 0);
+                   },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"(4,2)", {sample_randn({4, 2}, r)}}};
+                   }});
+
+}  // namespace xgrad

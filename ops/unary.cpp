@@ -1,0 +1,151 @@
+// Elementwise functions. y = f(x), dx = g * f'(x), with f' written in xgrad ops so that
+// it can be differentiated again.
+#include <cmath>
+
+#include "xgrad/ops/detail.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/unary.hpp"
+
+namespace xgrad {
+namespace {
+
+template <class Fn> Tensor map(const char* op, const Tensor& x, Fn fn) {
+  check_float(op, "x", x);
+  return dispatch_float(op, x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    xt::xarray<T> y = fn(value<T>(x), T{});
+    return make_tensor(std::move(y));
+  });
+}
+
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+constexpr double kTwoOverSqrtPi = 1.12837916709551257390;
+
+}  // namespace
+
+// dx = g * y
+Tensor exp(const Tensor& x) {
+  Tensor y = map("exp", x, [](const auto& v, auto) { return xt::exp(v); });
+  return record("exp", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    return {mul(g, n.output())};
+  });
+}
+
+// dx = g / x
+Tensor log(const Tensor& x) {
+  Tensor y = map("log", x, [](const auto& v, auto) { return xt::log(v); });
+  return record("log", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    return {div(g, n.input(0))};
+  });
+}
+
+// dx = g * 0.5 / y
+Tensor sqrt(const Tensor& x) {
+  Tensor y = map("sqrt", x, [](const auto& v, auto) { return xt::sqrt(v); });
+  return record("sqrt", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    return {div(mul_scalar(g, 0.5), n.output())};
+  });
+}
+
+// y = x^(-1/2);  dx = g * (-0.5) * y^3
+Tensor rsqrt(const Tensor& x) {
+  Tensor y = map("rsqrt", x, [](const auto& v, auto t) { return decltype(t)(1) / xt::sqrt(v); });
+  return record("rsqrt", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    Tensor y = n.output();
+    return {mul(g, mul_scalar(mul(y, mul(y, y)), -0.5))};
+  });
+}
+
+// dx = g * (1 - y^2)
+Tensor tanh(const Tensor& x) {
+  Tensor y = map("tanh", x, [](const auto& v, auto) { return xt::tanh(v); });
+  return record("tanh", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    Tensor y = n.output();
+    return {sub(g, mul(g, mul(y, y)))};
+  });
+}
+
+// y = 1 / (1 + e^-x);  dx = g * y * (1 - y)
+Tensor sigmoid(const Tensor& x) {
+  Tensor y = map("sigmoid", x, [](const auto& v, auto t) {
+    using T = decltype(t);
+    return T(1) / (T(1) + xt::exp(-v));
+  });
+  return record("sigmoid", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    Tensor y = n.output();
+    return {mul(mul(g, y), add_scalar(neg(y), 1.0))};
+  });
+}
+
+// dx = g * [x > 0]   ([x > 0] is a constant: relu'' = 0 almost everywhere)
+Tensor relu(const Tensor& x) {
+  Tensor y = map("relu", x, [](const auto& v, auto t) { return xt::maximum(v, decltype(t)(0)); });
+  return record("relu", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    Tensor step = map("relu", n.input(0), [](const auto& v, auto t) {
+      using T = decltype(t);
+      return xt::where(v > T(0), T(1), T(0));
+    });
+    return {mul(g, step)};
+  });
+}
+
+// dx = g * 2/sqrt(pi) * exp(-x^2)
+Tensor erf(const Tensor& x) {
+  Tensor y = map("erf", x, [](const auto& v, auto) { return xt::erf(v); });
+  return record("erf", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    const Tensor& x = n.input(0);
+    return {mul(g, mul_scalar(exp(neg(mul(x, x))), kTwoOverSqrtPi))};
+  });
+}
+
+// y = x * Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2
+// dx = g * (Phi(x) + x * phi(x)),  phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+Tensor gelu(const Tensor& x) {
+  Tensor y = map("gelu", x, [](const auto& v, auto t) {
+    using T = decltype(t);
+    return v * T(0.5) * (T(1) + xt::erf(v * T(kInvSqrt2)));
+  });
+  return record("gelu", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    const Tensor& x = n.input(0);
+    Tensor Phi = mul_scalar(add_scalar(erf(mul_scalar(x, kInvSqrt2)), 1.0), 0.5);
+    Tensor phi = mul_scalar(exp(mul_scalar(mul(x, x), -0.5)), kInvSqrt2Pi);
+    return {mul(g, add(Phi, mul(x, phi)))};
+  });
+}
+
+// --- registration ----------------------------------------------------------------------
+namespace {
+std::vector<OpSample> samples(Rng& rng, double lo, double hi) {
+  return {{"(2,3)", {sample_uniform({2, 3}, lo, hi, rng)}},
+          {"(4)", {sample_uniform({4}, lo, hi, rng)}},
+          {"scalar", {sample_uniform({}, lo, hi, rng)}},
+          {"empty (0,3)", {sample_uniform({0, 3}, lo, hi, rng)}, true}};
+}
+// relu's kink at 0 breaks central differences: keep samples away from it.
+std::vector<OpSample> relu_samples(Rng& rng) {
+  Tensor x = tensor({-1.5, -0.7, -0.2, 0.3, 0.9, 1.7}, {2, 3}, DType::Float64);
+  x.set_requires_grad(true);
+  return {{"(2,3) both signs", {x}}, {"empty (0,3)", {sample_uniform({0, 3}, 0.1, 1, rng)}, true}};
+}
+}  // namespace
+
+XGRAD_REGISTER_OP({"exp", [](const auto& x) { return exp(x[0]); },
+                   [](Rng& r) { return samples(r, -2, 2); }});
+XGRAD_REGISTER_OP({"log", [](const auto& x) { return log(x[0]); },
+                   [](Rng& r) { return samples(r, 0.5, 3); }});
+XGRAD_REGISTER_OP({"sqrt", [](const auto& x) { return sqrt(x[0]); },
+                   [](Rng& r) { return samples(r, 0.5, 3); }});
+XGRAD_REGISTER_OP({"rsqrt", [](const auto& x) { return rsqrt(x[0]); },
+                   [](Rng& r) { return samples(r, 0.5, 3); }});
+XGRAD_REGISTER_OP({"tanh", [](const auto& x) { return tanh(x[0]); },
+                   [](Rng& r) { return samples(r, -2, 2); }});
+XGRAD_REGISTER_OP({"sigmoid", [](const auto& x) { return sigmoid(x[0]); },
+                   [](Rng& r) { return samples(r, -3, 3); }});
+XGRAD_REGISTER_OP({"relu", [](const auto& x) { return relu(x[0]); }, relu_samples});
+XGRAD_REGISTER_OP({"erf", [](const auto& x) { return erf(x[0]); },
+                   [](Rng& r) { return samples(r, -2, 2); }});
+XGRAD_REGISTER_OP({"gelu", [](const auto& x) { return gelu(x[0]); },
+                   [](Rng& r) { return samples(r, -3, 3); }});
+
+}  // namespace xgrad

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs every Debian package xgrad needs to build, test and benchmark.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+  build-essential cmake ninja-build pkg-config \
+  libxtensor-dev libxtensor-blas-dev xtl-dev libopenblas-dev \
+  libboost-test-dev libbenchmark-dev nlohmann-json3-dev >/dev/null
+echo "install-deps: done"

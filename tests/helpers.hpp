@@ -1,0 +1,62 @@
+// Test helpers: allclose with the worst index, and tensors from literals.
+#pragma once
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <sstream>
+
+#include "xgrad/xgrad.hpp"
+
+namespace xgrad::test {
+
+// Passes when |a - b| <= atol + rtol * |b| everywhere (and shapes match); otherwise the
+// message names the worst index and both values.
+inline boost::test_tools::predicate_result allclose(const Tensor& a, const std::vector<double>& b,
+                                                    double rtol = 1e-6, double atol = 1e-9) {
+  auto va = a.to_vector();
+  if (va.size() != b.size()) {
+    boost::test_tools::predicate_result r(false);
+    r.message() << "sizes differ: " << va.size() << " vs " << b.size();
+    return r;
+  }
+  double worst = 0;
+  std::size_t at = 0;
+  bool bad = false;
+  for (std::size_t i = 0; i < va.size(); ++i) {
+    double err = std::abs(va[i] - b[i]);
+    bool ok = err <= atol + rtol * std::abs(b[i]) || (std::isinf(va[i]) && va[i] == b[i]);
+    if (!ok && (!bad || err > worst || std::isnan(err))) {
+      worst = err;
+      at = i;
+      bad = true;
+    }
+  }
+  boost::test_tools::predicate_result r(!bad);
+  if (bad) r.message() << "worst at flat index " << at << ": " << va[at] << " vs expected " << b[at];
+  return r;
+}
+
+inline boost::test_tools::predicate_result allclose(const Tensor& a, const Tensor& b,
+                                                    double rtol = 1e-6, double atol = 1e-9) {
+  if (a.shape() != b.shape()) {
+    boost::test_tools::predicate_result r(false);
+    r.message() << "shapes differ: " << shape_str(a.shape()) << " vs " << shape_str(b.shape());
+    return r;
+  }
+  return allclose(a, b.to_vector(), rtol, atol);
+}
+
+inline Tensor f64(const std::vector<double>& v, const Shape& s) { return tensor(v, s, DType::Float64); }
+inline Tensor leaf(const std::vector<double>& v, const Shape& s) {
+  Tensor t = f64(v, s);
+  t.set_requires_grad(true);
+  return t;
+}
+
+inline bool all_finite(const Tensor& t) {
+  for (double x : t.to_vector())
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+}  // namespace xgrad::test
