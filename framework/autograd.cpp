@@ -105,11 +105,18 @@ class GradModeScope {
   bool prev_;
 };
 
+// A tensor's place in the graph: its node when it has one (node.output() makes a second
+// handle to the same node's output; both must share one gradient), else the leaf itself.
+const void* key_of(const Tensor& t) {
+  return t.impl()->grad_fn ? static_cast<const void*>(t.impl()->grad_fn.get())
+                           : static_cast<const void*>(t.impl());
+}
+
 // Runs reverse mode from outputs. When `targets` is null, leaf gradients accumulate into
 // .grad; otherwise the gradient reaching each target tensor is stored in (*targets)[impl].
 void run_backward(const char* who, const std::vector<Tensor>& outputs,
                   const std::vector<Tensor>& grad_outputs, bool retain_graph, bool create_graph,
-                  std::unordered_map<TensorImpl*, Tensor>* targets) {
+                  std::unordered_map<const void*, Tensor>* targets) {
   if (outputs.empty()) throw ValueError(std::string(who) + ": no outputs given");
   if (!grad_outputs.empty() && grad_outputs.size() != outputs.size())
     throw ValueError(std::string(who) + ": " + std::to_string(grad_outputs.size()) +
@@ -139,11 +146,11 @@ void run_backward(const char* who, const std::vector<Tensor>& outputs,
 
   // 1. Discover the graph and count, for every tensor, the consumers that will send it a
   //    gradient. `keep` holds every tensor alive while nodes release their inputs.
-  std::unordered_map<TensorImpl*, int> pending;
+  std::unordered_map<const void*, int> pending;
   std::vector<Tensor> keep;
   std::vector<Tensor> stack(outputs.begin(), outputs.end());
-  std::unordered_set<TensorImpl*> seen;
-  for (const auto& y : outputs) seen.insert(y.impl());
+  std::unordered_set<const void*> seen;
+  for (const auto& y : outputs) seen.insert(key_of(y));
   while (!stack.empty()) {
     Tensor t = std::move(stack.back());
     stack.pop_back();
@@ -151,31 +158,31 @@ void run_backward(const char* who, const std::vector<Tensor>& outputs,
       if (node->released()) node->apply(Tensor());  // throws the "second time" error
       for (const auto& in : node->inputs()) {
         if (!in.requires_grad()) continue;
-        ++pending[in.impl()];
-        if (seen.insert(in.impl()).second) stack.push_back(in);
+        ++pending[key_of(in)];
+        if (seen.insert(key_of(in)).second) stack.push_back(in);
       }
     }
     keep.push_back(std::move(t));
   }
 
   GradModeScope mode(create_graph);
-  std::unordered_map<TensorImpl*, Tensor> grads;
-  auto accumulate = [&](TensorImpl* key, const Tensor& g) {
+  std::unordered_map<const void*, Tensor> grads;
+  auto accumulate = [&](const void* key, const Tensor& g) {
     auto it = grads.find(key);
     if (it == grads.end() || !it->second.defined()) grads[key] = g;
     else it->second = add(it->second, g);
   };
-  for (std::size_t i = 0; i < outputs.size(); ++i) accumulate(outputs[i].impl(), seeds[i]);
+  for (std::size_t i = 0; i < outputs.size(); ++i) accumulate(key_of(outputs[i]), seeds[i]);
 
   // 2. Kahn's algorithm: a tensor is processed once all its consumers have been.
   std::vector<Tensor> ready;
-  std::unordered_set<TensorImpl*> seeded;
+  std::unordered_set<const void*> seeded;
   for (const auto& y : outputs)
-    if (pending[y.impl()] == 0 && seeded.insert(y.impl()).second) ready.push_back(y);
+    if (pending[key_of(y)] == 0 && seeded.insert(key_of(y)).second) ready.push_back(y);
   while (!ready.empty()) {
     Tensor t = std::move(ready.back());
     ready.pop_back();
-    TensorImpl* key = t.impl();
+    const void* key = key_of(t);
     Tensor g = std::move(grads[key]);
     grads.erase(key);
     if (targets) {
@@ -197,8 +204,8 @@ void run_backward(const char* who, const std::vector<Tensor>& outputs,
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const Tensor& in = inputs[i];
       if (!in.requires_grad()) continue;
-      if (i < in_grads.size() && in_grads[i].defined()) accumulate(in.impl(), in_grads[i]);
-      if (--pending[in.impl()] == 0) ready.push_back(in);
+      if (i < in_grads.size() && in_grads[i].defined()) accumulate(key_of(in), in_grads[i]);
+      if (--pending[key_of(in)] == 0) ready.push_back(in);
     }
   }
 }
@@ -213,18 +220,18 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs, GradOptions options) {
-  std::unordered_map<TensorImpl*, Tensor> targets;
+  std::unordered_map<const void*, Tensor> targets;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined() || !inputs[i].requires_grad())
       throw GraphError("grad: input " + std::to_string(i) +
                        " does not require grad (masks, indices and constants have no gradient)");
-    targets[inputs[i].impl()] = Tensor();
+    targets[key_of(inputs[i])] = Tensor();
   }
   run_backward("grad", outputs, grad_outputs, options.retain_graph || options.create_graph,
                options.create_graph, &targets);
   std::vector<Tensor> result;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    Tensor g = targets[inputs[i].impl()];
+    Tensor g = targets[key_of(inputs[i])];
     if (!g.defined() && !options.allow_unused)
       throw GraphError("grad: input " + std::to_string(i) + " of shape " +
                        shape_str(inputs[i].shape()) +
