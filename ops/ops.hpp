@@ -1,6 +1,7 @@
 // xgrad/ops/ops.hpp — every op family.
 #pragma once
 #include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/index.hpp"
 #include "xgrad/ops/mask.hpp"
 #include "xgrad/ops/matmul.hpp"
 #include "xgrad/ops/reduce.hpp"

@@ -8,19 +8,20 @@
 
 namespace xgrad {
 
-// y = x viewed as `shape` (a copy);  dx = reshape(g, X)
+// y = x viewed as `shape` (a copy);  dx = reshape(g, X). Masks and indices reshape too.
 Tensor reshape(const Tensor& x, const Shape& shape) {
-  check_float("reshape", "x", x);
+  if (!x.defined()) throw ValueError("reshape: argument 'x' is undefined");
   if (numel(shape) != x.numel())
     throw ShapeError("reshape: cannot reshape argument 'x' " + shape_str(x.shape()) + " (" +
                      std::to_string(x.numel()) + " elements) to " + shape_str(shape));
   if (shape == x.shape()) return x;
-  Tensor y = dispatch_float("reshape", x.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    xt::xarray<T> v = value<T>(x);
-    v.reshape(shape);
-    return make_tensor(std::move(v));
-  });
+  Tensor y = std::visit(
+      [&](const auto& a) {
+        auto v = a;
+        v.reshape(shape);
+        return make_tensor(std::move(v));
+      },
+      *x.impl()->value);
   return record("reshape", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {reshape(g, n.input(0).shape())};
   });

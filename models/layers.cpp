@@ -1,0 +1,104 @@
+// Basic layers.
+#include <cmath>
+
+#include "xgrad/models/layers.hpp"
+#include "xgrad/ops/ops.hpp"
+
+namespace xgrad {
+
+Linear::Linear(std::size_t in, std::size_t out, bool has_bias, Rng& rng) {
+  const double bound = 1.0 / std::sqrt(double(std::max<std::size_t>(in, 1)));
+  weight = uniform({out, in}, -bound, bound, rng);
+  register_parameter("weight", &weight);
+  if (has_bias) {
+    bias = uniform({out}, -bound, bound, rng);
+    register_parameter("bias", &bias);
+  }
+}
+Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
+
+Embedding::Embedding(std::size_t num, std::size_t dim, Rng& rng) {
+  weight = randn({num, dim}, rng);
+  register_parameter("weight", &weight);
+}
+Tensor Embedding::forward(const Tensor& indices) const { return embedding(weight, indices); }
+
+// x: (..., D);  mu, var: (..., 1);  y = (x - mu) * rsqrt(var + eps) * w + b
+Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+  check_float("layer_norm", "x", x);
+  if (x.dim() == 0 || (w.defined() && w.shape() != Shape{x.shape().back()}) ||
+      (b.defined() && b.shape() != Shape{x.shape().back()}))
+    throw ShapeError("layer_norm: argument 'x' " + shape_str(x.shape()) +
+                     " must end in the size of 'weight' " +
+                     (w.defined() ? shape_str(w.shape()) : "-") + " and 'bias' " +
+                     (b.defined() ? shape_str(b.shape()) : "-"));
+  Tensor centered = sub(x, mean(x, {-1}, true));
+  Tensor var = mean(mul(centered, centered), {-1}, true);
+  Tensor y = mul(centered, rsqrt(add_scalar(var, eps)));
+  if (w.defined()) y = mul(y, w);
+  if (b.defined()) y = add(y, b);
+  return y;
+}
+
+LayerNorm::LayerNorm(std::size_t dim, double eps_) : eps(eps_) {
+  weight = ones({dim});
+  bias = zeros({dim});
+  register_parameter("weight", &weight);
+  register_parameter("bias", &bias);
+}
+Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
+
+Tensor dropout(const Tensor& x, double p, bool training, Rng& rng) {
+  if (p < 0 || p >= 1) throw ValueError("dropout: p must be in [0, 1), got " + std::to_string(p));
+  if (!training || p == 0) return x;
+  check_float("dropout", "x", x);
+  std::bernoulli_distribution keep(1 - p);
+  std::vector<double> m(x.numel());
+  for (auto& v : m) v = keep(rng) ? 1.0 / (1 - p) : 0.0;
+  return mul(x, tensor(m, x.shape(), x.dtype()));
+}
+
+Dropout::Dropout(double p_, std::uint64_t seed) : p(p_), rng_(seed) {
+  if (p < 0 || p >= 1) throw ValueError("Dropout: p must be in [0, 1), got " + std::to_string(p));
+}
+Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, training(), rng_); }
+
+FeedForward::FeedForward(std::size_t dim, std::size_t hidden, double p, Rng& rng)
+    : fc1(dim, hidden, true, rng), fc2(hidden, dim, true, rng), drop(p, rng()) {
+  register_module("fc1", &fc1);
+  register_module("fc2", &fc2);
+  register_module("drop", &drop);
+}
+Tensor FeedForward::forward(const Tensor& x) { return drop.forward(fc2.forward(gelu(fc1.forward(x)))); }
+
+static void check_positions(const char* op, const Tensor& x, const Shape& table) {
+  check_float(op, "x", x);
+  if (x.dim() != 3 || x.shape()[2] != table[1] || x.shape()[1] > table[0])
+    throw ShapeError(std::string(op) + ": argument 'x' must be (B, T, " + std::to_string(table[1]) +
+                     ") with T <= " + std::to_string(table[0]) + ", got " + shape_str(x.shape()));
+}
+
+LearnedPositionalEncoding::LearnedPositionalEncoding(std::size_t max_len, std::size_t dim, Rng& rng) {
+  weight = randn({max_len, dim}, rng);
+  register_parameter("weight", &weight);
+}
+Tensor LearnedPositionalEncoding::forward(const Tensor& x) const {
+  check_positions("LearnedPositionalEncoding", x, weight.shape());
+  return add(x, narrow(weight, 0, 0, x.shape()[1]));
+}
+
+SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(std::size_t max_len, std::size_t dim) {
+  std::vector<double> pe(max_len * dim);
+  for (std::size_t t = 0; t < max_len; ++t)
+    for (std::size_t i = 0; i < dim; ++i) {
+      const double freq = std::pow(10000.0, -double(i - i % 2) / double(dim));
+      pe[t * dim + i] = i % 2 == 0 ? std::sin(double(t) * freq) : std::cos(double(t) * freq);
+    }
+  table_ = tensor(pe, {max_len, dim}, DType::Float64);
+}
+Tensor SinusoidalPositionalEncoding::forward(const Tensor& x) const {
+  check_positions("SinusoidalPositionalEncoding", x, table_.shape());
+  return add(x, narrow(table_, 0, 0, x.shape()[1]).to(x.dtype()));
+}
+
+}  // namespace xgrad

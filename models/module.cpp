@@ -1,0 +1,124 @@
+// Module base.
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "xgrad/framework/array.hpp"
+#include "xgrad/framework/autograd.hpp"
+#include "xgrad/models/module.hpp"
+
+namespace xgrad {
+
+void Module::register_parameter(const std::string& name, Tensor* slot) {
+  if (!slot->defined() || !is_float(slot->dtype()))
+    throw ValueError("Module: parameter '" + name + "' must be a defined float tensor");
+  slot->set_requires_grad(true);
+  params_.emplace_back(name, slot);
+}
+
+void Module::register_module(const std::string& name, Module* child) {
+  children_.emplace_back(name, child);
+}
+
+void Module::collect(const std::string& prefix,
+                     std::vector<std::pair<std::string, Tensor*>>& out) const {
+  for (const auto& [name, slot] : params_) out.emplace_back(prefix + name, slot);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+}
+
+std::vector<std::pair<std::string, Tensor*>> Module::parameter_slots() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  collect("", out);
+  return out;
+}
+
+NamedTensors Module::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor*>> slots;
+  collect("", slots);
+  NamedTensors out;
+  for (auto& [name, slot] : slots) out.emplace_back(name, *slot);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+std::vector<std::pair<std::string, const Module*>> Module::named_modules() const {
+  std::vector<std::pair<std::string, const Module*>> out{{"", this}};
+  for (const auto& [name, child] : children_)
+    for (const auto& [sub, m] : child->named_modules())
+      out.emplace_back(sub.empty() ? name : name + "." + sub, m);
+  return out;
+}
+
+std::size_t Module::parameter_count() const {
+  std::size_t n = 0;
+  for (const auto& [name, t] : named_parameters()) n += t.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->train(on);
+}
+
+void Module::zero_grad() {
+  for (auto& t : parameters()) t.zero_grad();
+}
+
+void Module::to(DType dtype) {
+  if (!is_float(dtype))
+    throw DTypeError(std::string("Module::to: dtype must be float32 or float64, got ") +
+                     dtype_name(dtype));
+  for (auto& [name, slot] : parameter_slots()) {
+    if (slot->dtype() == dtype) continue;
+    Tensor converted;
+    {
+      NoGradGuard no_grad;
+      converted = slot->detach().to(dtype).clone();
+    }
+    converted.set_requires_grad(true);
+    *slot = converted;
+  }
+}
+
+DType Module::dtype() const {
+  auto ps = named_parameters();
+  return ps.empty() ? DType::Float32 : ps.front().second.dtype();
+}
+
+void Module::load_parameters(const NamedTensors& src) {
+  auto slots = parameter_slots();
+  std::set<std::string> expected;
+  for (auto& [name, slot] : slots) expected.insert(name);
+  std::map<std::string, const Tensor*> given;
+  for (auto& [name, t] : src) {
+    if (!expected.count(name))
+      throw ValueError("load_parameters: unexpected parameter '" + name + "'");
+    if (!t.defined() || !is_float(t.dtype()))
+      throw DTypeError("load_parameters: parameter '" + name + "' must be a float tensor");
+    given[name] = &t;
+  }
+  for (auto& [name, slot] : slots) {
+    auto it = given.find(name);
+    if (it == given.end()) throw ValueError("load_parameters: missing parameter '" + name + "'");
+    if (it->second->shape() != slot->shape())
+      throw ShapeError("load_parameters: parameter '" + name + "' has shape " +
+                       shape_str(it->second->shape()) + " but the model expects " +
+                       shape_str(slot->shape()));
+  }
+  NoGradGuard no_grad;
+  for (auto& [name, slot] : slots) {
+    Tensor v = given[name]->detach().to(slot->dtype());
+    dispatch_float("load_parameters", slot->dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      std::memcpy(slot->mutable_data<T>(), v.data<T>(), sizeof(T) * v.numel());
+      return 0;
+    });
+  }
+}
+
+}  // namespace xgrad

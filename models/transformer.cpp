@@ -1,0 +1,89 @@
+// Transformer block and models.
+#include "xgrad/models/transformer.hpp"
+#include "xgrad/ops/ops.hpp"
+
+namespace xgrad {
+
+TransformerBlock::TransformerBlock(std::size_t E, std::size_t H, std::size_t hidden, double p, Rng& rng)
+    : ln1(E), attn(E, H, true, p, rng), drop(p, rng()), ln2(E), ff(E, hidden, p, rng) {
+  register_module("ln1", &ln1);
+  register_module("attn", &attn);
+  register_module("drop", &drop);
+  register_module("ln2", &ln2);
+  register_module("ff", &ff);
+}
+
+Tensor TransformerBlock::forward(const Tensor& x, const AttentionOptions& options) {
+  AttentionOutput a = attn.forward(ln1.forward(x), options);
+  last_weights = a.weights;
+  Tensor h = add(x, drop.forward(a.output));
+  return add(h, ff.forward(ln2.forward(h)));
+}
+
+TransformerBody::TransformerBody(const TransformerConfig& c)
+    : config(c), rng(c.seed), tok_emb(c.vocab_size, c.embed_dim, rng), emb_drop(c.dropout, c.seed + 1),
+      ln_f(c.embed_dim) {
+  register_module("tok_emb", &tok_emb);
+  if (c.positional == PositionalKind::Learned) {
+    pos_learned = std::make_unique<LearnedPositionalEncoding>(c.max_len, c.embed_dim, rng);
+    register_module("pos_emb", pos_learned.get());
+  } else {
+    pos_sin = std::make_unique<SinusoidalPositionalEncoding>(c.max_len, c.embed_dim);
+  }
+  register_module("emb_drop", &emb_drop);
+  for (std::size_t i = 0; i < c.num_layers; ++i) {
+    blocks.push_back(std::make_unique<TransformerBlock>(c.embed_dim, c.num_heads, c.ff_hidden, c.dropout, rng));
+    register_module("blocks." + std::to_string(i), blocks.back().get());
+  }
+  register_module("ln_f", &ln_f);
+}
+
+Tensor TransformerBody::forward(const Tensor& tokens, const AttentionOptions& options) {
+  if (tokens.dim() != 2)
+    throw ShapeError("Transformer: argument 'tokens' must be (B, T) int64, got " +
+                     shape_str(tokens.shape()));
+  Tensor x = tok_emb.forward(tokens);
+  x = pos_learned ? pos_learned->forward(x) : pos_sin->forward(x);
+  x = emb_drop.forward(x);
+  for (auto& b : blocks) x = b->forward(x, options);
+  return ln_f.forward(x);
+}
+
+std::vector<Tensor> TransformerBody::attention_weights() const {
+  std::vector<Tensor> w;
+  for (const auto& b : blocks) w.push_back(b->last_weights);
+  return w;
+}
+
+TransformerEncoder::TransformerEncoder(const TransformerConfig& c)
+    : body(c), head(c.embed_dim, c.vocab_size, true, body.rng) {
+  register_module("body", &body);
+  register_module("head", &head);
+}
+
+Tensor TransformerEncoder::forward(const Tensor& tokens, const Tensor& key_padding_mask, bool need_weights) {
+  AttentionOptions o;
+  o.key_padding_mask = key_padding_mask;
+  o.need_weights = need_weights;
+  o.average_attn_weights = false;
+  return head.forward(body.forward(tokens, o));
+}
+
+TransformerDecoder::TransformerDecoder(const TransformerConfig& c) : body(c) {
+  register_module("body", &body);
+  if (!c.tied_output) {
+    head = std::make_unique<Linear>(c.embed_dim, c.vocab_size, false, body.rng);
+    register_module("head", head.get());
+  }
+}
+
+Tensor TransformerDecoder::forward(const Tensor& tokens, bool need_weights) {
+  AttentionOptions o;
+  o.is_causal = true;
+  o.need_weights = need_weights;
+  o.average_attn_weights = false;
+  Tensor h = body.forward(tokens, o);
+  return head ? head->forward(h) : matmul(h, body.tok_emb.weight, false, true);
+}
+
+}  // namespace xgrad

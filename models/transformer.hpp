@@ -1,0 +1,76 @@
+// xgrad/models/transformer.hpp — pre-LayerNorm Transformer block and two small models.
+#pragma once
+#include <memory>
+
+#include "xgrad/models/attention.hpp"
+
+namespace xgrad {
+
+// x = x + Dropout(MHA(LN1(x)));  x = x + FF(LN2(x))
+class TransformerBlock : public Module {
+ public:
+  TransformerBlock(std::size_t embed_dim, std::size_t num_heads, std::size_t ff_hidden,
+                   double dropout, Rng& rng);
+  // x (B, T, E); options carry the masks (need_weights is honoured: see last_weights).
+  Tensor forward(const Tensor& x, const AttentionOptions& options = {});
+  Tensor last_weights;  // (B, H, T, S) or (B, T, S) when options.need_weights
+  LayerNorm ln1;
+  MultiHeadAttention attn;
+  Dropout drop;
+  LayerNorm ln2;
+  FeedForward ff;
+};
+
+enum class PositionalKind { Learned, Sinusoidal };
+
+struct TransformerConfig {
+  std::size_t vocab_size = 16;
+  std::size_t max_len = 64;
+  std::size_t embed_dim = 64;
+  std::size_t num_heads = 4;
+  std::size_t ff_hidden = 256;
+  std::size_t num_layers = 2;
+  double dropout = 0.0;
+  PositionalKind positional = PositionalKind::Learned;
+  bool tied_output = false;  // decoder only: logits use the token embedding matrix
+  std::uint64_t seed = 0;
+};
+
+// Shared body: token embedding + positions + blocks + final LayerNorm.
+class TransformerBody : public Module {
+ public:
+  explicit TransformerBody(const TransformerConfig& config);
+  // tokens (B, T) int64 -> hidden (B, T, E)
+  Tensor forward(const Tensor& tokens, const AttentionOptions& options);
+  std::vector<Tensor> attention_weights() const;  // per layer, from the last forward with need_weights
+  TransformerConfig config;
+  Rng rng;
+  Embedding tok_emb;
+  std::unique_ptr<LearnedPositionalEncoding> pos_learned;
+  std::unique_ptr<SinusoidalPositionalEncoding> pos_sin;
+  Dropout emb_drop;
+  std::vector<std::unique_ptr<TransformerBlock>> blocks;
+  LayerNorm ln_f;
+};
+
+// Bidirectional encoder with a per-token classification head: logits (B, T, vocab).
+class TransformerEncoder : public Module {
+ public:
+  explicit TransformerEncoder(const TransformerConfig& config);
+  // key_padding_mask (B, T) bool, true = padding; may be undefined.
+  Tensor forward(const Tensor& tokens, const Tensor& key_padding_mask = Tensor(),
+                 bool need_weights = false);
+  TransformerBody body;
+  Linear head;
+};
+
+// GPT-style causal decoder: logits (B, T, vocab); tied or separate output projection.
+class TransformerDecoder : public Module {
+ public:
+  explicit TransformerDecoder(const TransformerConfig& config);
+  Tensor forward(const Tensor& tokens, bool need_weights = false);
+  TransformerBody body;
+  std::unique_ptr<Linear> head;  // null when tied
+};
+
+}  // namespace xgrad
