@@ -135,7 +135,11 @@ void run_backward(const char* who, const std::vector<Tensor>& outputs,
       seeds[i] = ones(y.shape(), y.dtype());
     } else {
       const Tensor& g = grad_outputs[i];
-      if (g.shape() != y.shape() || g.dtype() != y.dtype())
+      if (g.dtype() != y.dtype())
+        throw DTypeError(std::string(who) + ": grad_output " + std::to_string(i) + " is " +
+                         dtype_name(g.dtype()) + " " + shape_str(g.shape()) + " but the output is " +
+                         dtype_name(y.dtype()) + " " + shape_str(y.shape()));
+      if (g.shape() != y.shape())
         throw ShapeError(std::string(who) + ": grad_output " + std::to_string(i) + " is " +
                          shape_str(g.shape()) + " " + dtype_name(g.dtype()) +
                          " but the output is " + shape_str(y.shape()) + " " +

@@ -41,7 +41,7 @@ static TensorImpl& checked(const std::shared_ptr<TensorImpl>& p) {
 const Shape& Tensor::shape() const { return checked(impl_).shape; }
 std::size_t Tensor::numel() const { return xgrad::numel(shape()); }
 DType Tensor::dtype() const { return checked(impl_).dtype; }
-std::size_t Tensor::size(int axis) const { return shape()[normalize_axis("size", axis, dim())]; }
+std::size_t Tensor::size(int axis) const { return shape()[normalize_axis("size", axis, shape())]; }
 
 bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
 bool Tensor::is_leaf() const { return checked(impl_).grad_fn == nullptr; }
@@ -224,6 +224,15 @@ void check_same_float(const char* op, const char* arg_a, const Tensor& a, const 
     throw DTypeError(std::string(op) + ": mixed dtypes: '" + arg_a + "' is " +
                      dtype_name(a.dtype()) + " " + shape_str(a.shape()) + ", '" + arg_b + "' is " +
                      dtype_name(b.dtype()) + " " + shape_str(b.shape()) + " (convert with .to())");
+}
+
+std::size_t normalize_axis(const char* op, long axis, const Shape& shape) {
+  long r = static_cast<long>(shape.size());
+  if (axis < -r || axis >= r)
+    throw IndexError(std::string(op) + ": axis " + std::to_string(axis) +
+                     " is out of range for argument 'x' of shape " + shape_str(shape) +
+                     " (rank " + std::to_string(r) + ")");
+  return static_cast<std::size_t>(axis < 0 ? axis + r : axis);
 }
 
 std::size_t normalize_axis(const char* op, long axis, std::size_t rank) {

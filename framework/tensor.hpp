@@ -98,7 +98,9 @@ void check_float(const char* op, const char* arg, const Tensor& t);
 // Throws DTypeError unless both float and of one dtype.
 void check_same_float(const char* op, const char* arg_a, const Tensor& a, const char* arg_b,
                       const Tensor& b);
-// Normalises a possibly negative axis for a tensor of rank `rank`; IndexError otherwise.
+// Normalises a possibly negative axis of argument 'x' with the given shape (or of a
+// tensor of rank `rank`); IndexError naming op, axis and shape otherwise.
+std::size_t normalize_axis(const char* op, long axis, const Shape& shape);
 std::size_t normalize_axis(const char* op, long axis, std::size_t rank);
 
 }  // namespace xgrad

@@ -36,6 +36,16 @@ std::vector<std::size_t> broadcast_strides(const Shape& shape, const Shape& full
   return st;
 }
 
+std::vector<std::size_t> contiguous_strides(const Shape& shape) {
+  std::vector<std::size_t> st(shape.size());
+  std::size_t s = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    st[d] = s;
+    s *= shape[d];
+  }
+  return st;
+}
+
 Shape pad_left(const Shape& shape, std::size_t rank) {
   Shape p(rank - std::min(rank, shape.size()), 1);
   p.insert(p.end(), shape.begin(), shape.end());

@@ -26,4 +26,44 @@ std::vector<std::size_t> broadcast_strides(const Shape& shape, const Shape& full
 // `shape` left-padded with 1s to `rank` dimensions.
 Shape pad_left(const Shape& shape, std::size_t rank);
 
+// Row-major strides of a contiguous `shape`.
+std::vector<std::size_t> contiguous_strides(const Shape& shape);
+
+// Walks the row-major positions of `shape` one innermost row at a time, for two operands
+// with element strides sa and sb (0 along broadcast dims):
+//   f(offset_a, offset_b, offset_out, n, step_a, step_b)
+// where the row's element i is at offset_a + i * step_a, offset_b + i * step_b and
+// offset_out + i (the output is contiguous). Adjacent dims that are contiguous for both
+// operands are merged first, so same-shape operands make one long row.
+template <class F>
+void for_each_row(Shape shape, std::vector<std::size_t> sa, std::vector<std::size_t> sb, F&& f) {
+  std::size_t total = 1;
+  for (auto d : shape) total *= d;
+  if (total == 0) return;
+  if (shape.empty()) return f(std::size_t(0), std::size_t(0), std::size_t(0), std::size_t(1),
+                              std::size_t(0), std::size_t(0));
+  for (std::size_t d = shape.size() - 1; d-- > 0;) {  // merge dim d into d + 1 when contiguous
+    if (sa[d] == sa[d + 1] * shape[d + 1] && sb[d] == sb[d + 1] * shape[d + 1]) {
+      shape[d + 1] *= shape[d];
+      shape.erase(shape.begin() + long(d));
+      sa.erase(sa.begin() + long(d));
+      sb.erase(sb.begin() + long(d));
+    }
+  }
+  const std::size_t r = shape.size(), n = shape[r - 1], rows = total / n;
+  std::vector<std::size_t> idx(r, 0);
+  std::size_t oa = 0, ob = 0;
+  for (std::size_t row = 0; row < rows; ++row) {
+    f(oa, ob, row * n, n, sa[r - 1], sb[r - 1]);
+    for (std::size_t d = r - 1; d-- > 0;) {
+      oa += sa[d];
+      ob += sb[d];
+      if (++idx[d] < shape[d]) break;
+      oa -= sa[d] * shape[d];
+      ob -= sb[d] * shape[d];
+      idx[d] = 0;
+    }
+  }
+}
+
 }  // namespace xgrad::detail

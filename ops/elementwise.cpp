@@ -11,14 +11,26 @@
 namespace xgrad {
 namespace {
 
-// Evaluates fn(value(a), value(b)) (an xtensor expression) into a new tensor.
+// y = fn(a, b) elementwise with broadcasting; fn is a scalar functor.
 template <class Fn>
 Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b, Fn fn) {
   check_same_float(op, "a", a, "b", b);
-  detail::broadcast_shapes(op, "a", a.shape(), "b", b.shape());
+  const Shape Y = detail::broadcast_shapes(op, "a", a.shape(), "b", b.shape());
   return dispatch_float(op, a.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    xt::xarray<T> y = fn(value<T>(a), value<T>(b));
+    const T* pa = value<T>(a).data();
+    const T* pb = value<T>(b).data();
+    auto y = empty_array<T>(Y);
+    T* py = y.data();
+    const auto sa = detail::broadcast_strides(detail::pad_left(a.shape(), Y.size()), Y);
+    const auto sb = detail::broadcast_strides(detail::pad_left(b.shape(), Y.size()), Y);
+    detail::for_each_row(Y, sa, sb, [&](std::size_t oa, std::size_t ob, std::size_t oy, std::size_t n,
+                                        std::size_t ta, std::size_t tb) {
+      if (ta == 1 && tb == 1)
+        for (std::size_t i = 0; i < n; ++i) py[oy + i] = fn(pa[oa + i], pb[ob + i]);
+      else
+        for (std::size_t i = 0; i < n; ++i) py[oy + i] = fn(pa[oa + i * ta], pb[ob + i * tb]);
+    });
     return make_tensor(std::move(y));
   });
 }

@@ -49,7 +49,13 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool ta, bool tb) {
                      " and argument 'b' " + shape_str(bs) + (tb ? " (transposed)" : "") +
                      ": inner dimensions " + std::to_string(k) + " != " + std::to_string(kb));
   const Shape abatch(as.begin(), as.end() - 2), bbatch(bs.begin(), bs.end() - 2);
-  const Shape batch = detail::broadcast_shapes("matmul", "a", abatch, "b", bbatch);
+  Shape batch;
+  try {
+    batch = detail::broadcast_shapes("matmul", "a", abatch, "b", bbatch);
+  } catch (const ShapeError&) {
+    throw ShapeError("matmul: batch dimensions of argument 'a' " + shape_str(as) +
+                     " and argument 'b' " + shape_str(bs) + " cannot be broadcast together");
+  }
   Shape ys = batch;
   ys.push_back(n);
   ys.push_back(m);
@@ -97,8 +103,17 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   if (a.dim() == 0 || b.dim() == 0)
     throw ShapeError("matmul: arguments must have rank >= 1, got 'a' " + shape_str(a.shape()) +
                      " and 'b' " + shape_str(b.shape()));
-  if (a.dim() == 1) return squeeze(matmul(unsqueeze(a, 0), b, false, tb), -2);
-  if (b.dim() == 1) return squeeze(matmul(a, unsqueeze(b, 1), ta, false), -1);
+  if (a.dim() == 1 || b.dim() == 1) {  // vectors: check with the shapes the caller gave
+    const std::size_t ka = a.dim() == 1 ? a.shape()[0] : a.shape()[a.dim() - (ta ? 2 : 1)];
+    const std::size_t kb = b.dim() == 1 ? b.shape()[0] : b.shape()[b.dim() - (tb ? 1 : 2)];
+    if (ka != kb)
+      throw ShapeError("matmul: argument 'a' " + shape_str(a.shape()) + " and argument 'b' " +
+                       shape_str(b.shape()) + ": inner dimensions " + std::to_string(ka) +
+                       " != " + std::to_string(kb));
+    if (a.dim() == 1 && b.dim() == 1) return reshape(matmul(unsqueeze(a, 0), unsqueeze(b, 1)), {});
+    if (a.dim() == 1) return squeeze(matmul(unsqueeze(a, 0), b, false, tb), -2);
+    return squeeze(matmul(a, unsqueeze(b, 1), ta, false), -1);
+  }
   Tensor y = matmul_forward(a, b, ta, tb);
   return record("matmul", y, {a, b}, [ta, tb](const Node& nd, const Tensor& g) -> std::vector<Tensor> {
     const Tensor &a = nd.input(0), &b = nd.input(1);
@@ -112,7 +127,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
       if (b.dim() == 2 && a.dim() > 2 && !ta) {
         // Shared 2-D b: one GEMM over the flattened batch.
         const std::size_t k = a.shape().back(), m = g.shape().back();
-        const std::size_t rows = a.numel() / std::max<std::size_t>(k, 1);
+        const std::size_t rows = numel(Shape(a.shape().begin(), a.shape().end() - 1));
         Tensor a2 = reshape(a, {rows, k}), g2 = reshape(g, {rows, m});
         db = tb ? matmul(g2, a2, true, false) : matmul(a2, g2, true, false);
       } else {
@@ -136,7 +151,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
     throw ShapeError("linear: argument 'x' " + shape_str(x.shape()) +
                      " must end in in_features = " + std::to_string(w.shape()[1]) +
                      " (weight " + shape_str(w.shape()) + ")");
-  const std::size_t in = w.shape()[1], out = w.shape()[0], N = x.numel() / std::max<std::size_t>(in, 1);
+  const std::size_t in = w.shape()[1], out = w.shape()[0];
+  const std::size_t N = numel(Shape(x.shape().begin(), x.shape().end() - 1));  // leading dims
   if (bias.defined()) {
     check_same_float("linear", "x", x, "bias", bias);
     if (bias.shape() != Shape{out})

@@ -11,36 +11,26 @@ namespace {
 
 // out (shape K, zero-filled) += x (shape X) where K[d] is X[d] or 1.
 template <class T> void sum_into(const T* x, const Shape& X, T* out, const Shape& K) {
-  const auto ost = detail::broadcast_strides(K, X);
-  const std::size_t r = X.size(), n = numel(X);
-  std::vector<std::size_t> idx(r, 0);
-  std::size_t off = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    out[off] += x[i];
-    for (std::size_t d = r; d-- > 0;) {
-      off += ost[d];
-      if (++idx[d] < X[d]) break;
-      off -= ost[d] * X[d];
-      idx[d] = 0;
-    }
-  }
+  detail::for_each_row(X, detail::contiguous_strides(X), detail::broadcast_strides(K, X),
+                       [&](std::size_t ox, std::size_t oo, std::size_t, std::size_t n, std::size_t,
+                           std::size_t step) {
+                         if (step == 0) {
+                           T acc = 0;
+                           for (std::size_t i = 0; i < n; ++i) acc += x[ox + i];
+                           out[oo] += acc;
+                         } else {
+                           for (std::size_t i = 0; i < n; ++i) out[oo + i] += x[ox + i];
+                         }
+                       });
 }
 
 // out (shape X) = x (shape K) repeated along dims where K[d] = 1.
 template <class T> void broadcast_into(const T* x, const Shape& K, T* out, const Shape& X) {
-  const auto xst = detail::broadcast_strides(K, X);
-  const std::size_t r = X.size(), n = numel(X);
-  std::vector<std::size_t> idx(r, 0);
-  std::size_t off = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    out[i] = x[off];
-    for (std::size_t d = r; d-- > 0;) {
-      off += xst[d];
-      if (++idx[d] < X[d]) break;
-      off -= xst[d] * X[d];
-      idx[d] = 0;
-    }
-  }
+  detail::for_each_row(X, detail::broadcast_strides(K, X), detail::broadcast_strides(K, X),
+                       [&](std::size_t ox, std::size_t, std::size_t oo, std::size_t n, std::size_t step,
+                           std::size_t) {
+                         for (std::size_t i = 0; i < n; ++i) out[oo + i] = x[ox + i * step];
+                       });
 }
 
 // Sums x over the dims where K has 1 and X does not; result has shape `out_shape`
@@ -59,7 +49,7 @@ Shape keepdim_shape(const char* op, const Shape& X, const std::vector<long>& axe
   Shape K = X;
   if (axes.empty()) std::fill(K.begin(), K.end(), 1);
   for (long a : axes) {
-    std::size_t d = normalize_axis(op, a, X.size());
+    std::size_t d = normalize_axis(op, a, X);
     if (K[d] == 1 && X[d] != 1)
       throw ValueError(std::string(op) + ": axis " + std::to_string(a) + " given twice");
     K[d] = 1;
@@ -69,7 +59,7 @@ Shape keepdim_shape(const char* op, const Shape& X, const std::vector<long>& axe
 
 Shape drop_reduced(const Shape& X, const std::vector<long>& axes) {
   std::vector<bool> reduced(X.size(), axes.empty());
-  for (long a : axes) reduced[normalize_axis("sum", a, X.size())] = true;
+  for (long a : axes) reduced[normalize_axis("sum", a, X)] = true;
   Shape s;
   for (std::size_t d = 0; d < X.size(); ++d)
     if (!reduced[d]) s.push_back(X[d]);
@@ -105,7 +95,7 @@ Tensor mean(const Tensor& x) { return mean(x, {}, false); }
 // dx[o, i, r] = g[o, r] * [x[o,i,r] == y[o,r]] / #ties[o, r]
 Tensor max(const Tensor& x, long axis, bool keepdim) {
   check_float("max", "x", x);
-  const std::size_t ax = normalize_axis("max", axis, x.dim());
+  const std::size_t ax = normalize_axis("max", axis, x.shape());
   if (x.shape()[ax] == 0)
     throw ShapeError("max: argument 'x' " + shape_str(x.shape()) + " is empty along axis " +
                      std::to_string(axis));
@@ -149,14 +139,25 @@ Tensor max(const Tensor& x, long axis, bool keepdim) {
   });
 }
 
+// Moves the reduced axes last, flattens them into one, and takes one max over it, so tied
+// maxima across several axes share the gradient equally (as torch.amax).
 Tensor amax(const Tensor& x, const std::vector<long>& axes, bool keepdim) {
   check_float("amax", "x", x);
+  const Shape K = keepdim_shape("amax", x.shape(), axes);
   std::vector<bool> reduced(x.dim(), axes.empty());
-  for (long a : axes) reduced[normalize_axis("amax", a, x.dim())] = true;
-  Tensor y = x;
-  for (std::size_t d = x.dim(); d-- > 0;)
-    if (reduced[d]) y = max(y, long(d), true);
-  return keepdim ? y : reshape(y, drop_reduced(x.shape(), axes));
+  for (long a : axes) reduced[normalize_axis("amax", a, x.shape())] = true;
+  std::vector<std::size_t> perm;
+  Shape flat;
+  std::size_t r = 1;
+  for (std::size_t d = 0; d < x.dim(); ++d)
+    if (!reduced[d]) perm.push_back(d), flat.push_back(x.shape()[d]);
+  for (std::size_t d = 0; d < x.dim(); ++d)
+    if (reduced[d]) perm.push_back(d), r *= x.shape()[d];
+  if (r == 0)
+    throw ShapeError("amax: argument 'x' " + shape_str(x.shape()) + " is empty along the reduced axes");
+  flat.push_back(r);
+  Tensor y = max(reshape(permute(x, perm), flat), -1);
+  return reshape(y, keepdim ? K : drop_reduced(x.shape(), axes));
 }
 
 // y = x summed to S;  dx = broadcast_to(g, X)

@@ -32,13 +32,17 @@ Tensor flatten(const Tensor& x) { return reshape(x, {x.numel()}); }
 Tensor unsqueeze(const Tensor& x, long axis) {
   check_float("unsqueeze", "x", x);
   Shape s = x.shape();
-  s.insert(s.begin() + long(normalize_axis("unsqueeze", axis < 0 ? axis + 1 : axis, x.dim() + 1)), 1);
+  const long r = long(x.dim()) + 1;  // the result's rank: -1 appends
+  if (axis < -r || axis >= r)
+    throw IndexError("unsqueeze: axis " + std::to_string(axis) + " is out of range for argument 'x' " +
+                     shape_str(x.shape()) + " (valid: " + std::to_string(-r) + " to " + std::to_string(r - 1) + ")");
+  s.insert(s.begin() + (axis < 0 ? axis + r : axis), 1);
   return reshape(x, s);
 }
 
 Tensor squeeze(const Tensor& x, long axis) {
   check_float("squeeze", "x", x);
-  const std::size_t d = normalize_axis("squeeze", axis, x.dim());
+  const std::size_t d = normalize_axis("squeeze", axis, x.shape());
   if (x.shape()[d] != 1)
     throw ShapeError("squeeze: axis " + std::to_string(axis) + " of argument 'x' " +
                      shape_str(x.shape()) + " has size " + std::to_string(x.shape()[d]) + ", not 1");
@@ -74,8 +78,8 @@ Tensor transpose(const Tensor& x, long axis0, long axis1) {
   check_float("transpose", "x", x);
   std::vector<std::size_t> perm(x.dim());
   std::iota(perm.begin(), perm.end(), 0);
-  std::swap(perm[normalize_axis("transpose", axis0, x.dim())],
-            perm[normalize_axis("transpose", axis1, x.dim())]);
+  std::swap(perm[normalize_axis("transpose", axis0, x.shape())],
+            perm[normalize_axis("transpose", axis1, x.shape())]);
   return permute(x, perm);
 }
 
@@ -83,7 +87,7 @@ Tensor transpose(const Tensor& x, long axis0, long axis1) {
 // dx = unnarrow(g, axis, start, n)
 Tensor narrow(const Tensor& x, long axis, std::size_t start, std::size_t length) {
   check_float("narrow", "x", x);
-  const std::size_t ax = normalize_axis("narrow", axis, x.dim());
+  const std::size_t ax = normalize_axis("narrow", axis, x.shape());
   if (start + length > x.shape()[ax])
     throw IndexError("narrow: range [" + std::to_string(start) + ", " +
                      std::to_string(start + length) + ") is out of bounds for axis " +
@@ -110,7 +114,7 @@ Tensor narrow(const Tensor& x, long axis, std::size_t start, std::size_t length)
 // dx = narrow(g, axis, start, m)
 Tensor unnarrow(const Tensor& x, long axis, std::size_t start, std::size_t size) {
   check_float("unnarrow", "x", x);
-  const std::size_t ax = normalize_axis("unnarrow", axis, x.dim());
+  const std::size_t ax = normalize_axis("unnarrow", axis, x.shape());
   const std::size_t m = x.shape()[ax];
   if (start + m > size)
     throw IndexError("unnarrow: argument 'x' " + shape_str(x.shape()) + " placed at " +
@@ -137,7 +141,7 @@ Tensor concat(const std::vector<Tensor>& xs, long axis) {
   for (std::size_t k = 0; k < xs.size(); ++k) {
     check_same_float("concat", "xs[0]", xs[0], ("xs[" + std::to_string(k) + "]").c_str(), xs[k]);
   }
-  const std::size_t ax = normalize_axis("concat", axis, xs[0].dim());
+  const std::size_t ax = normalize_axis("concat", axis, xs[0].shape());
   Shape ys = xs[0].shape();
   ys[ax] = 0;
   std::vector<std::size_t> sizes;
@@ -177,7 +181,7 @@ Tensor concat(const std::vector<Tensor>& xs, long axis) {
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<std::size_t>& sizes, long axis) {
   check_float("split", "x", x);
-  const std::size_t ax = normalize_axis("split", axis, x.dim());
+  const std::size_t ax = normalize_axis("split", axis, x.shape());
   const std::size_t total = std::accumulate(sizes.begin(), sizes.end(), std::size_t{0});
   if (total != x.shape()[ax])
     throw ShapeError("split: sizes " + shape_str(sizes) + " add up to " + std::to_string(total) +
@@ -194,7 +198,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::size_t>& sizes
 
 std::vector<Tensor> chunk(const Tensor& x, std::size_t n, long axis) {
   check_float("chunk", "x", x);
-  const std::size_t size = x.shape()[normalize_axis("chunk", axis, x.dim())];
+  const std::size_t size = x.shape()[normalize_axis("chunk", axis, x.shape())];
   if (n == 0 || size % n != 0)
     throw ShapeError("chunk: axis " + std::to_string(axis) + " of argument 'x' " +
                      shape_str(x.shape()) + " does not split into " + std::to_string(n) +

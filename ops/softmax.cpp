@@ -72,7 +72,7 @@ std::vector<Tensor> softmax_backward(const Node& n, const Tensor& g, long axis) 
 
 Tensor softmax(const Tensor& x, long axis) {
   check_float("softmax", "x", x);
-  const long ax = long(normalize_axis("softmax", axis, x.dim()));
+  const long ax = long(normalize_axis("softmax", axis, x.shape()));
   Tensor y = softmax_forward("softmax", x, nullptr, std::size_t(ax), false);
   return record("softmax", y, {x}, [ax](const Node& n, const Tensor& g) {
     return softmax_backward(n, g, ax);
@@ -81,7 +81,7 @@ Tensor softmax(const Tensor& x, long axis) {
 
 Tensor masked_softmax(const Tensor& x, const Tensor& mask, long axis) {
   check_float("masked_softmax", "x", x);
-  const long ax = long(normalize_axis("masked_softmax", axis, x.dim()));
+  const long ax = long(normalize_axis("masked_softmax", axis, x.shape()));
   Tensor y = softmax_forward("masked_softmax", x, &mask, std::size_t(ax), false);
   return record("masked_softmax", y, {x}, [ax](const Node& n, const Tensor& g) {
     return softmax_backward(n, g, ax);
@@ -91,7 +91,7 @@ Tensor masked_softmax(const Tensor& x, const Tensor& mask, long axis) {
 // dx = g - exp(y) * sum(g, axis)
 Tensor log_softmax(const Tensor& x, long axis) {
   check_float("log_softmax", "x", x);
-  const long ax = long(normalize_axis("log_softmax", axis, x.dim()));
+  const long ax = long(normalize_axis("log_softmax", axis, x.shape()));
   Tensor y = softmax_forward("log_softmax", x, nullptr, std::size_t(ax), true);
   return record("log_softmax", y, {x}, [ax](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {sub(g, mul(exp(n.output()), sum(g, {ax}, true)))};

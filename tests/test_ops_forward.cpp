@@ -1,0 +1,1436 @@
+// Forward values of every public op against independently derived numbers (hand-computed
+// small cases, or plain loops over std:: math -- never other xgrad ops), in float64 and
+// float32, with broadcasting; plus a few hand-derived gradients.
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "helpers.hpp"
+
+using namespace xgrad;
+using test::allclose;
+
+namespace {
+
+using Vec = std::vector<double>;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kE = 2.71828182845904523536;
+constexpr double kPi = 3.14159265358979323846;
+constexpr double kRtol32 = 2e-6, kAtol32 = 1e-6;  // float32 tolerances
+
+Tensor f32(const Vec& v, const Shape& s) { return tensor(v, s, DType::Float32); }
+Tensor f64(const Vec& v, const Shape& s) { return tensor(v, s, DType::Float64); }
+Tensor leaf64(const Vec& v, const Shape& s) { return test::leaf(v, s); }
+Tensor leaf32(const Vec& v, const Shape& s) {
+  Tensor t = f32(v, s);
+  t.set_requires_grad(true);
+  return t;
+}
+std::string sh(const Tensor& t) { return shape_str(t.shape()); }
+
+// Deterministic pseudo-random values in [lo, hi).
+Vec vals(std::size_t n, unsigned seed, double lo = -2.0, double hi = 2.0) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> d(lo, hi);
+  Vec v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+// The values as float32 would store them.
+Vec round32(const Vec& v) {
+  Vec r(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) r[i] = double(float(v[i]));
+  return r;
+}
+Vec map(const Vec& v, const std::function<double(double)>& f) {
+  Vec r(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) r[i] = f(v[i]);
+  return r;
+}
+
+std::size_t count(const Shape& s) {
+  std::size_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+// Calls f(multi-index) for every index of `s` in row-major order.
+void for_each_index(const Shape& s, const std::function<void(const std::vector<std::size_t>&)>& f) {
+  const std::size_t n = count(s);
+  std::vector<std::size_t> idx(s.size(), 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    f(idx);
+    for (std::size_t d = s.size(); d-- > 0;) {
+      if (++idx[d] < s[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+// Element of `a` (shape s) at index `idx` of a (right-aligned) broadcast shape.
+double at_bcast(const Vec& a, const Shape& s, const std::vector<std::size_t>& idx) {
+  std::size_t off = 0;
+  const std::size_t lead = idx.size() - s.size();
+  for (std::size_t d = 0; d < s.size(); ++d) off = off * s[d] + (s[d] == 1 ? 0 : idx[lead + d]);
+  return a[off];
+}
+// Reference numpy-broadcast binary op.
+Vec bcast(const Vec& a, const Shape& as, const Vec& b, const Shape& bs, const Shape& out,
+          const std::function<double(double, double)>& f) {
+  Vec r;
+  for_each_index(out, [&](const auto& idx) { r.push_back(f(at_bcast(a, as, idx), at_bcast(b, bs, idx))); });
+  return r;
+}
+
+// Reference C = op(A) op(B): A stored (n,k) or (k,n) if ta; B stored (k,m) or (m,k) if tb.
+Vec mm(const double* A, const double* B, std::size_t n, std::size_t k, std::size_t m, bool ta,
+       bool tb) {
+  Vec C(n * m, 0.0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < m; ++j) {
+      double s = 0;
+      for (std::size_t q = 0; q < k; ++q)
+        s += (ta ? A[q * n + i] : A[i * k + q]) * (tb ? B[j * k + q] : B[q * m + j]);
+      C[i * m + j] = s;
+    }
+  return C;
+}
+Vec mm(const Vec& A, const Vec& B, std::size_t n, std::size_t k, std::size_t m, bool ta = false,
+       bool tb = false) {
+  return mm(A.data(), B.data(), n, k, m, ta, tb);
+}
+// Row-major transpose of an (r, c) matrix.
+Vec tr(const Vec& A, std::size_t r, std::size_t c) {
+  Vec T(r * c);
+  for (std::size_t i = 0; i < r; ++i)
+    for (std::size_t j = 0; j < c; ++j) T[j * r + i] = A[i * c + j];
+  return T;
+}
+
+// Reference softmax over the last axis of (rows, n), honouring an optional mask (true =
+// excluded) and -inf entries; fully excluded rows are all zero.
+Vec ref_softmax(const Vec& x, std::size_t rows, std::size_t n, const std::vector<bool>& masked = {}) {
+  Vec y(x.size(), 0.0);
+  for (std::size_t r = 0; r < rows; ++r) {
+    double m = -kInf;
+    auto ok = [&](std::size_t i) { return (masked.empty() || !masked[r * n + i]) && x[r * n + i] != -kInf; };
+    for (std::size_t i = 0; i < n; ++i)
+      if (ok(i)) m = std::max(m, x[r * n + i]);
+    if (m == -kInf) continue;
+    double s = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      if (ok(i)) s += std::exp(x[r * n + i] - m);
+    for (std::size_t i = 0; i < n; ++i)
+      if (ok(i)) y[r * n + i] = std::exp(x[r * n + i] - m) / s;
+  }
+  return y;
+}
+
+double ref_gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double ref_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(ops_forward)
+
+// ---------------------------------------------------------------------------------------
+// Binary elementwise ops
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(add_sub_mul_div_same_shape_hand_values) {
+  Tensor a = f64({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor b = f64({0.5, -1, 2, 4, 0.25, -3}, {2, 3});
+  Tensor y = add(a, b);
+  BOOST_TEST(sh(y) == "(2, 3)");
+  BOOST_TEST(y.dtype() == DType::Float64);
+  BOOST_TEST(allclose(y, {1.5, 1, 5, 8, 5.25, 3}));
+  BOOST_TEST(allclose(sub(a, b), {0.5, 3, 1, 0, 4.75, 9}));
+  BOOST_TEST(allclose(mul(a, b), {0.5, -2, 6, 16, 1.25, -18}));
+  BOOST_TEST(allclose(div(a, b), {2, -2, 1.5, 1, 20, -2}));
+}
+
+BOOST_AUTO_TEST_CASE(binary_ops_broadcast_against_loops) {
+  struct Case { Shape as, bs, out; };
+  const std::vector<Case> cases = {{{2, 1, 3}, {4, 3}, {2, 4, 3}},
+                                   {{3, 1}, {1, 4}, {3, 4}},
+                                   {{}, {2, 3}, {2, 3}},
+                                   {{2, 3}, {}, {2, 3}},
+                                   {{4}, {2, 1, 1}, {2, 1, 4}},
+                                   {{1, 1}, {1}, {1, 1}}};
+  unsigned seed = 1;
+  for (const auto& c : cases) {
+    Vec av = vals(count(c.as), seed++), bv = vals(count(c.bs), seed++, 0.5, 2.0);
+    BOOST_TEST_CONTEXT(shape_str(c.as) << " op " << shape_str(c.bs)) {
+      Tensor a = f64(av, c.as), b = f64(bv, c.bs);
+      Tensor y = add(a, b);
+      BOOST_TEST(sh(y) == shape_str(c.out));
+      BOOST_TEST(allclose(y, bcast(av, c.as, bv, c.bs, c.out, [](double x, double z) { return x + z; })));
+      BOOST_TEST(allclose(sub(a, b), bcast(av, c.as, bv, c.bs, c.out, [](double x, double z) { return x - z; })));
+      BOOST_TEST(allclose(mul(a, b), bcast(av, c.as, bv, c.bs, c.out, [](double x, double z) { return x * z; })));
+      BOOST_TEST(allclose(div(a, b), bcast(av, c.as, bv, c.bs, c.out, [](double x, double z) { return x / z; }), 1e-12));
+      // The operands swapped: broadcasting is symmetric.
+      BOOST_TEST(allclose(sub(b, a), bcast(bv, c.bs, av, c.as, c.out, [](double x, double z) { return x - z; })));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(binary_ops_float32) {
+  Vec av = round32(vals(6, 11)), bv = round32(vals(3, 12, 0.5, 2.0));
+  Tensor a = f32(av, {2, 3}), b = f32(bv, {3});
+  Tensor y = mul(a, b);
+  BOOST_TEST(y.dtype() == DType::Float32);
+  BOOST_TEST(sh(y) == "(2, 3)");
+  BOOST_TEST(allclose(y, bcast(av, {2, 3}, bv, {3}, {2, 3}, [](double x, double z) { return x * z; }), kRtol32, kAtol32));
+  BOOST_TEST(allclose(add(a, b), bcast(av, {2, 3}, bv, {3}, {2, 3}, [](double x, double z) { return x + z; }), kRtol32, kAtol32));
+  BOOST_TEST(allclose(sub(a, b), bcast(av, {2, 3}, bv, {3}, {2, 3}, [](double x, double z) { return x - z; }), kRtol32, kAtol32));
+  BOOST_TEST(allclose(div(a, b), bcast(av, {2, 3}, bv, {3}, {2, 3}, [](double x, double z) { return x / z; }), kRtol32, kAtol32));
+  // Exactly representable: exact results.
+  BOOST_TEST(allclose(add(f32({0.5, 1.25}, {2}), f32({0.25, -1}, {2})), {0.75, 0.25}, 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(empty_broadcast) {
+  Tensor y = add(f64({}, {0, 3}), f64({1, 2, 3}, {3}));
+  BOOST_TEST(sh(y) == "(0, 3)");
+  BOOST_TEST(y.numel() == 0u);
+}
+
+// ---------------------------------------------------------------------------------------
+// Scalar ops, pow, operators
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(neg_add_scalar_mul_scalar) {
+  Tensor x = f64({1, -2, 0.5, 0}, {2, 2});
+  BOOST_TEST(allclose(neg(x), {-1, 2, -0.5, 0}));
+  BOOST_TEST(sh(neg(x)) == "(2, 2)");
+  BOOST_TEST(allclose(add_scalar(x, 1.5), {2.5, -0.5, 2, 1.5}));
+  BOOST_TEST(allclose(mul_scalar(x, -3), {-3, 6, -1.5, 0}));
+  Tensor x32 = f32({1, -2, 0.5, 0}, {4});
+  BOOST_TEST(add_scalar(x32, 0.25).dtype() == DType::Float32);
+  BOOST_TEST(allclose(add_scalar(x32, 0.25), {1.25, -1.75, 0.75, 0.25}, 0, 0));
+  BOOST_TEST(allclose(mul_scalar(x32, 0.5), {0.5, -1, 0.25, 0}, 0, 0));
+  BOOST_TEST(allclose(neg(x32), {-1, 2, -0.5, 0}, 0, 0));
+  // rank 0
+  Tensor s = scalar(2.0, DType::Float64);
+  BOOST_TEST(sh(mul_scalar(s, 4)) == "()");
+  BOOST_TEST(mul_scalar(s, 4).item() == 8.0);
+}
+
+BOOST_AUTO_TEST_CASE(pow_values) {
+  Vec xv = {0.5, 1, 2, 4, 9, 1.5};
+  Tensor x = f64(xv, {2, 3});
+  BOOST_TEST(allclose(pow(x, 2.0), {0.25, 1, 4, 16, 81, 2.25}));
+  BOOST_TEST(allclose(pow(x, 0.5), map(xv, [](double v) { return std::sqrt(v); })));
+  BOOST_TEST(allclose(pow(x, -1.0), {2, 1, 0.5, 0.25, 1.0 / 9, 1.0 / 1.5}));
+  BOOST_TEST(allclose(pow(x, 2.5), map(xv, [](double v) { return std::pow(v, 2.5); }), 1e-12));
+  BOOST_TEST(allclose(pow(x, 0.0), {1, 1, 1, 1, 1, 1}));
+  BOOST_TEST(allclose(pow(f64({-2, -1, 3}, {3}), 3.0), {-8, -1, 27}));
+  BOOST_TEST(allclose(pow(f32({-2, 0.5, 3}, {3}), 2.0), {4, 0.25, 9}, kRtol32, 0));
+  BOOST_TEST(pow(f32({2}, {1}), 2.0).dtype() == DType::Float32);
+}
+
+BOOST_AUTO_TEST_CASE(operators) {
+  Tensor a = f64({1, 2, 4}, {3}), b = f64({2, -1, 0.5}, {3});
+  BOOST_TEST(allclose(a + b, {3, 1, 4.5}));
+  BOOST_TEST(allclose(a - b, {-1, 3, 3.5}));
+  BOOST_TEST(allclose(a * b, {2, -2, 2}));
+  BOOST_TEST(allclose(a / b, {0.5, -2, 8}));
+  BOOST_TEST(allclose(-a, {-1, -2, -4}));
+  BOOST_TEST(allclose(a + 1.0, {2, 3, 5}));
+  BOOST_TEST(allclose(1.0 + a, {2, 3, 5}));
+  BOOST_TEST(allclose(a - 1.0, {0, 1, 3}));
+  BOOST_TEST(allclose(1.0 - a, {0, -1, -3}));
+  BOOST_TEST(allclose(a * 3.0, {3, 6, 12}));
+  BOOST_TEST(allclose(3.0 * a, {3, 6, 12}));
+  BOOST_TEST(allclose(a / 4.0, {0.25, 0.5, 1}));
+  BOOST_TEST(allclose(2.0 / a, {2, 1, 0.5}));
+  // Broadcasting through operators, and composition.
+  Tensor m = f64({1, 2, 3, 4, 5, 6}, {2, 3});
+  BOOST_TEST(allclose(m * a - b / 2.0, {1 - 1, 4 + 0.5, 12 - 0.25, 4 - 1, 10 + 0.5, 24 - 0.25}));
+}
+
+// ---------------------------------------------------------------------------------------
+// Unary functions
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(unary_functions_float64) {
+  Vec xv = {-3, -1.5, -0.5, 0, 0.25, 1, 2.5, 4};
+  Vec pv = {0.01, 0.25, 0.5, 1, 2, 4, 9, 100};
+  Tensor x = f64(xv, {2, 4}), p = f64(pv, {2, 4});
+  BOOST_TEST(allclose(exp(x), map(xv, [](double v) { return std::exp(v); }), 1e-14));
+  BOOST_TEST(allclose(log(p), map(pv, [](double v) { return std::log(v); }), 1e-14, 1e-15));
+  BOOST_TEST(allclose(sqrt(p), map(pv, [](double v) { return std::sqrt(v); }), 1e-14));
+  BOOST_TEST(allclose(rsqrt(p), map(pv, [](double v) { return 1.0 / std::sqrt(v); }), 1e-14));
+  BOOST_TEST(allclose(tanh(x), map(xv, [](double v) { return std::tanh(v); }), 1e-14, 1e-16));
+  BOOST_TEST(allclose(sigmoid(x), map(xv, ref_sigmoid), 1e-14));
+  BOOST_TEST(allclose(relu(x), {0, 0, 0, 0, 0.25, 1, 2.5, 4}, 0, 0));
+  BOOST_TEST(allclose(erf(x), map(xv, [](double v) { return std::erf(v); }), 1e-14, 1e-16));
+  BOOST_TEST(allclose(gelu(x), map(xv, ref_gelu), 1e-13, 1e-16));
+  for (auto* y : {&x, &p}) BOOST_TEST(sh(exp(*y)) == "(2, 4)");
+  // Hand values.
+  BOOST_TEST(allclose(exp(f64({0, 1}, {2})), {1, kE}));
+  BOOST_TEST(allclose(log(f64({1, kE}, {2})), {0, 1}));
+  BOOST_TEST(allclose(sqrt(f64({4, 0}, {2})), {2, 0}));
+  BOOST_TEST(allclose(rsqrt(f64({4, 0.25}, {2})), {0.5, 2}));
+  BOOST_TEST(allclose(sigmoid(f64({0}, {1})), {0.5}));
+  BOOST_TEST(allclose(gelu(f64({0, 1}, {2})), {0, 0.8413447460685429}, 1e-12));
+  BOOST_TEST(allclose(erf(f64({0.5}, {1})), {0.5204998778130465}, 1e-12));
+}
+
+BOOST_AUTO_TEST_CASE(unary_functions_extremes) {
+  // Saturating inputs: no NaN, correct limits.
+  Tensor x = f64({-800, -50, 50, 800}, {4});
+  BOOST_TEST(allclose(sigmoid(x), {0, ref_sigmoid(-50), 1, 1}, 1e-12, 1e-300));
+  BOOST_TEST(allclose(tanh(x), {-1, -1, 1, 1}));
+  BOOST_TEST(allclose(erf(x), {-1, -1, 1, 1}));
+  BOOST_TEST(allclose(gelu(x), {0, 0, 50, 800}, 1e-12, 1e-12));
+  BOOST_TEST(allclose(relu(x), {0, 0, 50, 800}));
+  Tensor x32 = f32({-100, 100}, {2});
+  BOOST_TEST(allclose(sigmoid(x32), {0, 1}, 0, 1e-30));
+  BOOST_TEST(test::all_finite(sigmoid(x32)));
+}
+
+BOOST_AUTO_TEST_CASE(unary_functions_float32) {
+  Vec xv = round32({-3, -1.5, -0.3, 0, 0.2, 1, 2.5, 4});
+  Vec pv = round32({0.01, 0.25, 0.5, 1, 2, 4, 9, 100});
+  Tensor x = f32(xv, {8}), p = f32(pv, {8});
+  auto check = [](const Tensor& y, const Vec& expected) {
+    BOOST_TEST(y.dtype() == DType::Float32);
+    BOOST_TEST(allclose(y, expected, kRtol32, kAtol32));
+  };
+  check(exp(x), map(xv, [](double v) { return std::exp(v); }));
+  check(log(p), map(pv, [](double v) { return std::log(v); }));
+  check(sqrt(p), map(pv, [](double v) { return std::sqrt(v); }));
+  check(rsqrt(p), map(pv, [](double v) { return 1.0 / std::sqrt(v); }));
+  check(tanh(x), map(xv, [](double v) { return std::tanh(v); }));
+  check(sigmoid(x), map(xv, ref_sigmoid));
+  check(relu(x), map(xv, [](double v) { return v > 0 ? v : 0.0; }));
+  check(erf(x), map(xv, [](double v) { return std::erf(v); }));
+  check(gelu(x), map(xv, ref_gelu));
+}
+
+BOOST_AUTO_TEST_CASE(unary_rank0_and_empty) {
+  Tensor s = scalar(0.5, DType::Float64);
+  BOOST_TEST(sh(exp(s)) == "()");
+  BOOST_TEST(exp(s).item() == std::exp(0.5), boost::test_tools::tolerance(1e-15));
+  Tensor e = f64({}, {0, 3});
+  BOOST_TEST(sh(gelu(e)) == "(0, 3)");
+  BOOST_TEST(sh(log(e)) == "(0, 3)");
+}
+
+// ---------------------------------------------------------------------------------------
+// Reductions
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(sum_all_and_axes) {
+  // x[i][j][k] = 100 i + 10 j + k, shape (2, 3, 4)
+  Vec xv;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) xv.push_back(100 * i + 10 * j + k);
+  Tensor x = f64(xv, {2, 3, 4});
+  Tensor all = sum(x);
+  BOOST_TEST(sh(all) == "()");
+  // sum = 12*100 + (0+10+20)*8 + (0+1+2+3)*6 = 1200 + 240 + 36
+  BOOST_TEST(all.item() == 1476.0);
+
+  Tensor s2 = sum(x, {2});  // sum over k: 4*(100 i + 10 j) + 6
+  BOOST_TEST(sh(s2) == "(2, 3)");
+  BOOST_TEST(allclose(s2, {6, 46, 86, 406, 446, 486}));
+  Tensor s2k = sum(x, {-1}, true);
+  BOOST_TEST(sh(s2k) == "(2, 3, 1)");
+  BOOST_TEST(allclose(s2k, {6, 46, 86, 406, 446, 486}));
+  Tensor s0 = sum(x, {0});  // 100 + 2*(10 j + k)
+  BOOST_TEST(sh(s0) == "(3, 4)");
+  Vec e0;
+  for (int j = 0; j < 3; ++j)
+    for (int k = 0; k < 4; ++k) e0.push_back(100 + 2 * (10 * j + k));
+  BOOST_TEST(allclose(s0, e0));
+  Tensor s02 = sum(x, {0, 2});  // over i and k: 4*100 + 8*10 j + 2*6
+  BOOST_TEST(sh(s02) == "(3)");
+  BOOST_TEST(allclose(s02, {412, 492, 572}));
+  Tensor s02k = sum(x, {2, -3}, true);
+  BOOST_TEST(sh(s02k) == "(1, 3, 1)");
+  BOOST_TEST(allclose(s02k, {412, 492, 572}));
+  Tensor s1 = sum(x, {1});  // 3*(100 i + k) + 30
+  BOOST_TEST(sh(s1) == "(2, 4)");
+  BOOST_TEST(allclose(s1, {30, 33, 36, 39, 330, 333, 336, 339}));
+  // An empty axes list reduces every axis.
+  Tensor e = sum(x, {});
+  BOOST_TEST(sh(e) == "()");
+  BOOST_TEST(allclose(e, {1476}));
+  Tensor ek = sum(x, {}, true);
+  BOOST_TEST(sh(ek) == "(1, 1, 1)");
+  BOOST_TEST(allclose(ek, {1476}));
+}
+
+BOOST_AUTO_TEST_CASE(sum_float32_and_edge_shapes) {
+  Vec xv = round32(vals(12, 21));
+  Tensor x = f32(xv, {3, 4});
+  Tensor y = sum(x, {1});
+  BOOST_TEST(y.dtype() == DType::Float32);
+  Vec e(3, 0.0);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) e[i] += xv[i * 4 + j];
+  BOOST_TEST(allclose(y, e, 1e-5, 1e-5));
+  // Empty along the reduced axis: zeros.
+  Tensor z = sum(f64({}, {0, 3}), {0});
+  BOOST_TEST(sh(z) == "(3)");
+  BOOST_TEST(allclose(z, {0, 0, 0}));
+  // Size-1 axes and rank 1.
+  BOOST_TEST(allclose(sum(f64({1, 2, 3}, {3, 1}), {1}), {1, 2, 3}));
+  BOOST_TEST(sh(sum(f64({1, 2, 3}, {3}), {0})) == "()");
+  BOOST_TEST(allclose(sum(f64({1, 2, 3}, {3}), {0}), {6}));
+}
+
+BOOST_AUTO_TEST_CASE(mean_values) {
+  Tensor x = f64({1, 2, 3, 4, 5, 6}, {2, 3});
+  BOOST_TEST(sh(mean(x)) == "()");
+  BOOST_TEST(allclose(mean(x), {3.5}));
+  BOOST_TEST(allclose(mean(x, {0}), {2.5, 3.5, 4.5}));
+  BOOST_TEST(allclose(mean(x, {1}), {2, 5}));
+  BOOST_TEST(sh(mean(x, {-1}, true)) == "(2, 1)");
+  BOOST_TEST(allclose(mean(x, {-1}, true), {2, 5}));
+  BOOST_TEST(allclose(mean(x, {0, 1}), {3.5}));
+  BOOST_TEST(sh(mean(x, {}, true)) == "(1, 1)");
+  Tensor x32 = f32({1, 2, 3, 4, 5, 6}, {2, 3});
+  BOOST_TEST(mean(x32, {0}).dtype() == DType::Float32);
+  BOOST_TEST(allclose(mean(x32, {0}), {2.5, 3.5, 4.5}, kRtol32));
+  // (2, 3, 4) over axes 0 and 2: mean of 8 values each
+  Vec xv = vals(24, 31);
+  Vec e(3, 0.0);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) e[j] += xv[(i * 3 + j) * 4 + k] / 8.0;
+  BOOST_TEST(allclose(mean(f64(xv, {2, 3, 4}), {0, 2}), e, 1e-12, 1e-14));
+}
+
+BOOST_AUTO_TEST_CASE(max_values) {
+  Tensor x = f64({1, 5, -2, 7, 0, 3, -4, -1, -9, 2, 2, 8}, {3, 4});
+  Tensor m1 = xgrad::max(x, 1);
+  BOOST_TEST(sh(m1) == "(3)");
+  BOOST_TEST(allclose(m1, {7, 3, 8}));
+  Tensor m1k = xgrad::max(x, -1, true);
+  BOOST_TEST(sh(m1k) == "(3, 1)");
+  BOOST_TEST(allclose(m1k, {7, 3, 8}));
+  Tensor m0 = xgrad::max(x, 0);
+  BOOST_TEST(sh(m0) == "(4)");
+  BOOST_TEST(allclose(m0, {1, 5, 2, 8}));
+  BOOST_TEST(sh(xgrad::max(x, -2, true)) == "(1, 4)");
+  // All-negative rows (max is not clamped at 0), rank 1 -> rank 0.
+  Tensor r = xgrad::max(f64({-3, -1, -2}, {3}), 0);
+  BOOST_TEST(sh(r) == "()");
+  BOOST_TEST(r.item() == -1.0);
+  // Middle axis of a rank-3 tensor against loops; float32.
+  Vec xv = round32(vals(24, 41));
+  Tensor y = xgrad::max(f32(xv, {2, 3, 4}), 1);
+  Vec e;
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < 4; ++k) {
+      double m = -kInf;
+      for (int j = 0; j < 3; ++j) m = std::max(m, xv[(i * 3 + j) * 4 + k]);
+      e.push_back(m);
+    }
+  BOOST_TEST(y.dtype() == DType::Float32);
+  BOOST_TEST(sh(y) == "(2, 4)");
+  BOOST_TEST(allclose(y, e, 0, 0));
+  // -inf entries.
+  BOOST_TEST(allclose(xgrad::max(f64({-kInf, -5}, {2}), 0), {-5}));
+}
+
+BOOST_AUTO_TEST_CASE(amax_values) {
+  Vec xv = vals(24, 51);
+  Tensor x = f64(xv, {2, 3, 4});
+  Tensor y = amax(x, {0, 2});
+  BOOST_TEST(sh(y) == "(3)");
+  Vec e(3, -kInf);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) e[j] = std::max(e[j], xv[(i * 3 + j) * 4 + k]);
+  BOOST_TEST(allclose(y, e, 0, 0));
+  Tensor yk = amax(x, {0, -1}, true);
+  BOOST_TEST(sh(yk) == "(1, 3, 1)");
+  BOOST_TEST(allclose(yk, e, 0, 0));
+  double all = -kInf;
+  for (double v : xv) all = std::max(all, v);
+  BOOST_TEST(sh(amax(x, {})) == "()");
+  BOOST_TEST(allclose(amax(x, {}), {all}, 0, 0));
+  BOOST_TEST(sh(amax(x, {}, true)) == "(1, 1, 1)");
+  BOOST_TEST(allclose(amax(x, {1}), xgrad::max(x, 1)));
+}
+
+BOOST_AUTO_TEST_CASE(sum_to_and_broadcast_to) {
+  Vec xv = vals(24, 61);
+  Tensor x = f64(xv, {2, 3, 4});
+  // sum_to (3, 1): sum over i and k
+  Tensor s = sum_to(x, {3, 1});
+  BOOST_TEST(sh(s) == "(3, 1)");
+  Vec e(3, 0.0);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) e[j] += xv[(i * 3 + j) * 4 + k];
+  BOOST_TEST(allclose(s, e, 1e-12, 1e-14));
+  // sum_to (4): over i and j; sum_to (2, 1, 4): over j
+  Tensor s4 = sum_to(x, {4});
+  Vec e4(4, 0.0), e214(8, 0.0);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) {
+        e4[k] += xv[(i * 3 + j) * 4 + k];
+        e214[i * 4 + k] += xv[(i * 3 + j) * 4 + k];
+      }
+  BOOST_TEST(sh(s4) == "(4)");
+  BOOST_TEST(allclose(s4, e4, 1e-12, 1e-14));
+  BOOST_TEST(sh(sum_to(x, {2, 1, 4})) == "(2, 1, 4)");
+  BOOST_TEST(allclose(sum_to(x, {2, 1, 4}), e214, 1e-12, 1e-14));
+  Tensor s0 = sum_to(x, {});
+  BOOST_TEST(sh(s0) == "()");
+  double tot = 0;
+  for (double v : xv) tot += v;
+  BOOST_TEST(allclose(s0, {tot}, 1e-12, 1e-13));
+  BOOST_TEST(allclose(sum_to(x, {2, 3, 4}), xv, 0, 0));
+
+  // broadcast_to
+  Tensor b = broadcast_to(f64({1, 2, 3}, {3, 1}), {2, 3, 4});
+  BOOST_TEST(sh(b) == "(2, 3, 4)");
+  Vec eb;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) eb.push_back(j + 1);
+  BOOST_TEST(allclose(b, eb, 0, 0));
+  Tensor b4 = broadcast_to(f32({1, 2, 3, 4}, {4}), {2, 4});
+  BOOST_TEST(b4.dtype() == DType::Float32);
+  BOOST_TEST(allclose(b4, {1, 2, 3, 4, 1, 2, 3, 4}, 0, 0));
+  Tensor bs = broadcast_to(scalar(7, DType::Float64), {2, 2});
+  BOOST_TEST(allclose(bs, {7, 7, 7, 7}, 0, 0));
+  Tensor bm = broadcast_to(f64({1, 2}, {2, 1}), {2, 3});
+  BOOST_TEST(allclose(bm, {1, 1, 1, 2, 2, 2}, 0, 0));
+}
+
+// ---------------------------------------------------------------------------------------
+// Shape ops
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(reshape_flatten_squeeze) {
+  Vec xv = {0, 1, 2, 3, 4, 5};
+  Tensor x = f64(xv, {2, 3});
+  Tensor r = reshape(x, {3, 2});
+  BOOST_TEST(sh(r) == "(3, 2)");
+  BOOST_TEST(allclose(r, xv, 0, 0));
+  BOOST_TEST(sh(reshape(x, {6})) == "(6)");
+  BOOST_TEST(sh(reshape(x, {1, 2, 1, 3})) == "(1, 2, 1, 3)");
+  BOOST_TEST(sh(reshape(f64({4}, {1}), {})) == "()");
+  Tensor fl = flatten(f32(xv, {1, 2, 3}));
+  BOOST_TEST(sh(fl) == "(6)");
+  BOOST_TEST(fl.dtype() == DType::Float32);
+  BOOST_TEST(allclose(fl, xv, 0, 0));
+  Tensor q = squeeze(f64(xv, {2, 1, 3}), 1);
+  BOOST_TEST(sh(q) == "(2, 3)");
+  BOOST_TEST(allclose(q, xv, 0, 0));
+  BOOST_TEST(sh(squeeze(f64(xv, {2, 3, 1}), -1)) == "(2, 3)");
+  BOOST_TEST(sh(squeeze(f64(xv, {1, 6}), 0)) == "(6)");
+}
+
+BOOST_AUTO_TEST_CASE(unsqueeze_positive_axes) {
+  Vec xv = {0, 1, 2, 3, 4, 5};
+  Tensor x = f64(xv, {2, 3});
+  BOOST_TEST(sh(unsqueeze(x, 0)) == "(1, 2, 3)");
+  BOOST_TEST(sh(unsqueeze(x, 1)) == "(2, 1, 3)");
+  BOOST_TEST(sh(unsqueeze(x, 2)) == "(2, 3, 1)");
+  BOOST_TEST(allclose(unsqueeze(x, 1), xv, 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(unsqueeze_negative_axes) {
+  // As torch.unsqueeze: a negative axis counts in the output's rank (axis + rank + 1).
+  Tensor x = f64({0, 1, 2, 3, 4, 5}, {2, 3});
+  BOOST_TEST(sh(unsqueeze(x, -1)) == "(2, 3, 1)");
+  BOOST_TEST(sh(unsqueeze(x, -2)) == "(2, 1, 3)");
+  BOOST_TEST(sh(unsqueeze(x, -3)) == "(1, 2, 3)");
+  BOOST_TEST(sh(unsqueeze(f64({1, 2}, {2}), -1)) == "(2, 1)");
+}
+
+BOOST_AUTO_TEST_CASE(permute_and_transpose) {
+  Vec xv = vals(24, 71);
+  Tensor x = f64(xv, {2, 3, 4});
+  auto X = [&](std::size_t i, std::size_t j, std::size_t k) { return xv[(i * 3 + j) * 4 + k]; };
+  // permute (2, 0, 1): y[k][i][j] = x[i][j][k]
+  Tensor p = permute(x, {2, 0, 1});
+  BOOST_TEST(sh(p) == "(4, 2, 3)");
+  Vec ep;
+  for (std::size_t k = 0; k < 4; ++k)
+    for (std::size_t i = 0; i < 2; ++i)
+      for (std::size_t j = 0; j < 3; ++j) ep.push_back(X(i, j, k));
+  BOOST_TEST(allclose(p, ep, 0, 0));
+  // permute (1, 2, 0): y[j][k][i]
+  Tensor p2 = permute(x, {1, 2, 0});
+  BOOST_TEST(sh(p2) == "(3, 4, 2)");
+  Vec ep2;
+  for (std::size_t j = 0; j < 3; ++j)
+    for (std::size_t k = 0; k < 4; ++k)
+      for (std::size_t i = 0; i < 2; ++i) ep2.push_back(X(i, j, k));
+  BOOST_TEST(allclose(p2, ep2, 0, 0));
+  BOOST_TEST(allclose(permute(x, {0, 1, 2}), xv, 0, 0));
+  // transpose(0, 2): y[k][j][i]
+  Tensor t = transpose(x, 0, 2);
+  BOOST_TEST(sh(t) == "(4, 3, 2)");
+  Vec et;
+  for (std::size_t k = 0; k < 4; ++k)
+    for (std::size_t j = 0; j < 3; ++j)
+      for (std::size_t i = 0; i < 2; ++i) et.push_back(X(i, j, k));
+  BOOST_TEST(allclose(t, et, 0, 0));
+  // transpose(-1, -2): y[i][k][j]
+  Tensor t2 = transpose(f32(xv, {2, 3, 4}), -1, -2);
+  BOOST_TEST(sh(t2) == "(2, 4, 3)");
+  BOOST_TEST(t2.dtype() == DType::Float32);
+  Vec et2;
+  for (std::size_t i = 0; i < 2; ++i)
+    for (std::size_t k = 0; k < 4; ++k)
+      for (std::size_t j = 0; j < 3; ++j) et2.push_back(X(i, j, k));
+  BOOST_TEST(allclose(t2, round32(et2), 0, 0));
+  // 2-D
+  BOOST_TEST(allclose(transpose(f64({1, 2, 3, 4, 5, 6}, {2, 3}), 0, 1), {1, 4, 2, 5, 3, 6}, 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(narrow_slice_unnarrow) {
+  Vec xv = vals(24, 81);
+  Tensor x = f64(xv, {2, 4, 3});
+  Tensor n = narrow(x, 1, 1, 2);
+  BOOST_TEST(sh(n) == "(2, 2, 3)");
+  Vec en;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 1; j < 3; ++j)
+      for (int k = 0; k < 3; ++k) en.push_back(xv[(i * 4 + j) * 3 + k]);
+  BOOST_TEST(allclose(n, en, 0, 0));
+  BOOST_TEST(allclose(slice(x, 1, 1, 2), en, 0, 0));
+  // last axis, negative
+  Tensor nl = narrow(x, -1, 2, 1);
+  BOOST_TEST(sh(nl) == "(2, 4, 1)");
+  Vec el;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 4; ++j) el.push_back(xv[(i * 4 + j) * 3 + 2]);
+  BOOST_TEST(allclose(nl, el, 0, 0));
+  // first axis, full range, empty range
+  BOOST_TEST(allclose(narrow(x, 0, 1, 1), Vec(xv.begin() + 12, xv.end()), 0, 0));
+  BOOST_TEST(allclose(narrow(x, 0, 0, 2), xv, 0, 0));
+  BOOST_TEST(sh(narrow(x, 1, 4, 0)) == "(2, 0, 3)");
+  // unnarrow: zeros with x placed at start
+  Tensor u = unnarrow(f64({1, 2, 3, 4}, {2, 2}), 1, 1, 4);
+  BOOST_TEST(sh(u) == "(2, 4)");
+  BOOST_TEST(allclose(u, {0, 1, 2, 0, 0, 3, 4, 0}, 0, 0));
+  Tensor u0 = unnarrow(f32({1, 2, 3, 4}, {2, 2}), 0, 2, 4);
+  BOOST_TEST(u0.dtype() == DType::Float32);
+  BOOST_TEST(allclose(u0, {0, 0, 0, 0, 1, 2, 3, 4}, 0, 0));
+  // narrow(unnarrow(x)) == x
+  BOOST_TEST(allclose(narrow(unnarrow(n, 1, 1, 4), 1, 1, 2), en, 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(concat_split_chunk) {
+  Tensor a = f64({1, 2, 3, 4, 5, 6}, {2, 3}), b = f64({7, 8}, {2, 1}), c = f64({9, 10, 11, 12}, {2, 2});
+  Tensor y = concat({a, b, c}, -1);
+  BOOST_TEST(sh(y) == "(2, 6)");
+  BOOST_TEST(allclose(y, {1, 2, 3, 7, 9, 10, 4, 5, 6, 8, 11, 12}, 0, 0));
+  Tensor y0 = concat({a, f64({-1, -2, -3}, {1, 3})}, 0);
+  BOOST_TEST(sh(y0) == "(3, 3)");
+  BOOST_TEST(allclose(y0, {1, 2, 3, 4, 5, 6, -1, -2, -3}, 0, 0));
+  BOOST_TEST(allclose(concat({a}, 1), {1, 2, 3, 4, 5, 6}, 0, 0));
+  BOOST_TEST(sh(concat({a, f64({}, {2, 0})}, 1)) == "(2, 3)");
+  // Middle axis of rank 3, float32.
+  Tensor p = f32({1, 2, 3, 4}, {2, 1, 2}), q = f32({5, 6, 7, 8, 9, 10, 11, 12}, {2, 2, 2});
+  Tensor pq = concat({p, q}, 1);
+  BOOST_TEST(pq.dtype() == DType::Float32);
+  BOOST_TEST(sh(pq) == "(2, 3, 2)");
+  BOOST_TEST(allclose(pq, {1, 2, 5, 6, 7, 8, 3, 4, 9, 10, 11, 12}, 0, 0));
+
+  // split
+  auto parts = split(y, {1, 3, 2}, 1);
+  BOOST_TEST_REQUIRE(parts.size() == 3u);
+  BOOST_TEST(sh(parts[0]) == "(2, 1)");
+  BOOST_TEST(sh(parts[1]) == "(2, 3)");
+  BOOST_TEST(sh(parts[2]) == "(2, 2)");
+  BOOST_TEST(allclose(parts[0], {1, 4}, 0, 0));
+  BOOST_TEST(allclose(parts[1], {2, 3, 7, 5, 6, 8}, 0, 0));
+  BOOST_TEST(allclose(parts[2], {9, 10, 11, 12}, 0, 0));
+  auto rows = split(y0, {2, 1}, 0);
+  BOOST_TEST_REQUIRE(rows.size() == 2u);
+  BOOST_TEST(allclose(rows[1], {-1, -2, -3}, 0, 0));
+  auto withzero = split(a, {0, 3}, -1);
+  BOOST_TEST_REQUIRE(withzero.size() == 2u);
+  BOOST_TEST(sh(withzero[0]) == "(2, 0)");
+
+  // chunk
+  auto ch = chunk(y, 3, -1);
+  BOOST_TEST_REQUIRE(ch.size() == 3u);
+  BOOST_TEST(allclose(ch[0], {1, 2, 4, 5}, 0, 0));
+  BOOST_TEST(allclose(ch[1], {3, 7, 6, 8}, 0, 0));
+  BOOST_TEST(allclose(ch[2], {9, 10, 11, 12}, 0, 0));
+  auto ch0 = chunk(y, 2, 0);
+  BOOST_TEST_REQUIRE(ch0.size() == 2u);
+  BOOST_TEST(sh(ch0[0]) == "(1, 6)");
+  BOOST_TEST(allclose(ch0[1], {4, 5, 6, 8, 11, 12}, 0, 0));
+  // Round trip.
+  BOOST_TEST(allclose(concat(ch, 1), y, 0, 0));
+}
+
+// ---------------------------------------------------------------------------------------
+// matmul and linear
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(matmul_2d_hand_values) {
+  // [[1,2],[3,4]] [[5,6],[7,8]] = [[19,22],[43,50]]
+  Tensor a = f64({1, 2, 3, 4}, {2, 2}), b = f64({5, 6, 7, 8}, {2, 2});
+  Tensor y = matmul(a, b);
+  BOOST_TEST(sh(y) == "(2, 2)");
+  BOOST_TEST(allclose(y, {19, 22, 43, 50}, 0, 0));
+  // (2,3) x (3,1)
+  BOOST_TEST(allclose(matmul(f64({1, 2, 3, 4, 5, 6}, {2, 3}), f64({1, 0, -1}, {3, 1})), {-2, -2}, 0, 0));
+  // float32
+  Tensor y32 = matmul(f32({1, 2, 3, 4}, {2, 2}), f32({5, 6, 7, 8}, {2, 2}));
+  BOOST_TEST(y32.dtype() == DType::Float32);
+  BOOST_TEST(allclose(y32, {19, 22, 43, 50}, 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(matmul_2d_every_transpose_flag) {
+  const std::size_t n = 3, k = 4, m = 2;
+  Vec A = vals(n * k, 91), B = vals(k * m, 92);  // logical A (n,k), B (k,m)
+  Vec expected = mm(A, B, n, k, m);
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      BOOST_TEST_CONTEXT("ta " << ta << " tb " << tb) {
+        // Store the transposed operand as it would be passed: A^T is (k,n), B^T is (m,k).
+        Tensor a = ta ? f64(tr(A, n, k), {k, n}) : f64(A, {n, k});
+        Tensor b = tb ? f64(tr(B, k, m), {m, k}) : f64(B, {k, m});
+        Tensor y = matmul(a, b, ta, tb);
+        BOOST_TEST(sh(y) == "(3, 2)");
+        BOOST_TEST(allclose(y, expected, 1e-12, 1e-13));
+        Tensor y32 = matmul(a.to(DType::Float32), b.to(DType::Float32), ta, tb);
+        BOOST_TEST(y32.dtype() == DType::Float32);
+        BOOST_TEST(allclose(y32, expected, 1e-5, 1e-5));
+      }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(matmul_batched_and_broadcast_batch) {
+  // (2,3,4) x (2,4,5): per-batch products
+  Vec A = vals(24, 101), B = vals(40, 102);
+  Tensor y = matmul(f64(A, {2, 3, 4}), f64(B, {2, 4, 5}));
+  BOOST_TEST(sh(y) == "(2, 3, 5)");
+  Vec e;
+  for (int bi = 0; bi < 2; ++bi) {
+    Vec c = mm(A.data() + bi * 12, B.data() + bi * 20, 3, 4, 5, false, false);
+    e.insert(e.end(), c.begin(), c.end());
+  }
+  BOOST_TEST(allclose(y, e, 1e-12, 1e-13));
+
+  // broadcast batch (2,1,2,3) x (3,3,2) -> (2,3,2,2): y[i,j] = A[i,0] B[j]
+  Vec A2 = vals(12, 103), B2 = vals(18, 104);
+  Tensor y2 = matmul(f64(A2, {2, 1, 2, 3}), f64(B2, {3, 3, 2}));
+  BOOST_TEST(sh(y2) == "(2, 3, 2, 2)");
+  Vec e2;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) {
+      Vec c = mm(A2.data() + i * 6, B2.data() + j * 6, 2, 3, 2, false, false);
+      e2.insert(e2.end(), c.begin(), c.end());
+    }
+  BOOST_TEST(allclose(y2, e2, 1e-12, 1e-13));
+
+  // shared 2-D b: (2,3,4) x (4,2)
+  Vec B3 = vals(8, 105);
+  Tensor y3 = matmul(f64(A, {2, 3, 4}), f64(B3, {4, 2}));
+  BOOST_TEST(sh(y3) == "(2, 3, 2)");
+  Vec e3;
+  for (int bi = 0; bi < 2; ++bi) {
+    Vec c = mm(A.data() + bi * 12, B3.data(), 3, 4, 2, false, false);
+    e3.insert(e3.end(), c.begin(), c.end());
+  }
+  BOOST_TEST(allclose(y3, e3, 1e-12, 1e-13));
+  // b with a size-1 batch dim: (2,3,4) x (1,4,2)
+  BOOST_TEST(allclose(matmul(f64(A, {2, 3, 4}), f64(B3, {1, 4, 2})), e3, 1e-12, 1e-13));
+
+  // shared 2-D a: (3,4) x (2,4,2)
+  Vec A4 = vals(12, 106), B4 = vals(16, 107);
+  Tensor y4 = matmul(f64(A4, {3, 4}), f64(B4, {2, 4, 2}));
+  BOOST_TEST(sh(y4) == "(2, 3, 2)");
+  Vec e4;
+  for (int bi = 0; bi < 2; ++bi) {
+    Vec c = mm(A4.data(), B4.data() + bi * 8, 3, 4, 2, false, false);
+    e4.insert(e4.end(), c.begin(), c.end());
+  }
+  BOOST_TEST(allclose(y4, e4, 1e-12, 1e-13));
+
+  // float32 batched
+  Tensor y32 = matmul(f32(A, {2, 3, 4}), f32(B, {2, 4, 5}));
+  BOOST_TEST(y32.dtype() == DType::Float32);
+  BOOST_TEST(allclose(y32, e, 1e-5, 1e-5));
+}
+
+BOOST_AUTO_TEST_CASE(matmul_batched_transpose_flags) {
+  // a (2,1,n,k) [stored (2,1,k,n) if ta], b (3,k,m) [stored (3,m,k) if tb] -> (2,3,n,m)
+  const std::size_t n = 2, k = 3, m = 4;
+  Vec A = vals(2 * n * k, 111), B = vals(3 * k * m, 112);
+  Vec e;
+  for (std::size_t i = 0; i < 2; ++i)
+    for (std::size_t j = 0; j < 3; ++j) {
+      Vec c = mm(A.data() + i * n * k, B.data() + j * k * m, n, k, m, false, false);
+      e.insert(e.end(), c.begin(), c.end());
+    }
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      BOOST_TEST_CONTEXT("ta " << ta << " tb " << tb) {
+        Vec As, Bs;
+        for (std::size_t i = 0; i < 2; ++i) {
+          Vec blk(A.begin() + i * n * k, A.begin() + (i + 1) * n * k);
+          Vec t = ta ? tr(blk, n, k) : blk;
+          As.insert(As.end(), t.begin(), t.end());
+        }
+        for (std::size_t j = 0; j < 3; ++j) {
+          Vec blk(B.begin() + j * k * m, B.begin() + (j + 1) * k * m);
+          Vec t = tb ? tr(blk, k, m) : blk;
+          Bs.insert(Bs.end(), t.begin(), t.end());
+        }
+        Shape ash = ta ? Shape{2, 1, k, n} : Shape{2, 1, n, k};
+        Shape bsh = tb ? Shape{3, m, k} : Shape{3, k, m};
+        Tensor y = matmul(f64(As, ash), f64(Bs, bsh), ta, tb);
+        BOOST_TEST(sh(y) == "(2, 3, 2, 4)");
+        BOOST_TEST(allclose(y, e, 1e-12, 1e-13));
+        // shared 2-D b with flags: a (2,...) x b[0]
+        Vec B0(Bs.begin(), Bs.begin() + k * m);
+        Tensor y2 = matmul(f64(As, ash), f64(B0, tb ? Shape{m, k} : Shape{k, m}), ta, tb);
+        BOOST_TEST(sh(y2) == "(2, 1, 2, 4)");
+        Vec e2;
+        for (std::size_t i = 0; i < 2; ++i) {
+          Vec c = mm(A.data() + i * n * k, B.data(), n, k, m, false, false);
+          e2.insert(e2.end(), c.begin(), c.end());
+        }
+        BOOST_TEST(allclose(y2, e2, 1e-12, 1e-13));
+      }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(matmul_vector_operands) {
+  // (3) x (3,2): row vector, dim dropped
+  Tensor v = f64({1, 2, 3}, {3});
+  Tensor M = f64({1, 2, 3, 4, 5, 6}, {3, 2});
+  Tensor vm = matmul(v, M);
+  BOOST_TEST(sh(vm) == "(2)");
+  BOOST_TEST(allclose(vm, {22, 28}, 0, 0));
+  // (2,3) x (3): column vector
+  Tensor Mv = matmul(f64({1, 2, 3, 4, 5, 6}, {2, 3}), v);
+  BOOST_TEST(sh(Mv) == "(2)");
+  BOOST_TEST(allclose(Mv, {14, 32}, 0, 0));
+  // (2,3)^T stored as (3,2), times (3) with transpose_a
+  Tensor Mtv = matmul(M, f64({1, -1}, {2}), false, false);
+  BOOST_TEST(allclose(Mtv, {-1, -1, -1}, 0, 0));
+  Tensor MTv = matmul(M, v, true, false);  // M^T (2,3) x v (3)
+  BOOST_TEST(sh(MTv) == "(2)");
+  BOOST_TEST(allclose(MTv, {22, 28}, 0, 0));
+  // vector x batched: (3) x (2,3,2) -> (2,2)
+  Tensor Bt = f64({1, 2, 3, 4, 5, 6, 0, 1, 0, 1, 0, 1}, {2, 3, 2});
+  Tensor vb = matmul(v, Bt);
+  BOOST_TEST(sh(vb) == "(2, 2)");
+  BOOST_TEST(allclose(vb, {22, 28, 0, 6}, 0, 0));
+  // batched x vector: (2,2,3) x (3) -> (2,2)
+  Tensor bv = matmul(f64({1, 0, 0, 0, 1, 0, 0, 0, 1, 1, 1, 1}, {2, 2, 3}), v);
+  BOOST_TEST(sh(bv) == "(2, 2)");
+  BOOST_TEST(allclose(bv, {1, 2, 3, 6}, 0, 0));
+  // float32
+  BOOST_TEST(allclose(matmul(f32({1, 2, 3}, {3}), f32({1, 2, 3, 4, 5, 6}, {3, 2})), {22, 28}, 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(matmul_vector_dot_vector) {
+  // torch.matmul of two 1-D tensors is their dot product, rank 0.
+  Tensor d = matmul(f64({1, 2, 3}, {3}), f64({4, -5, 6}, {3}));
+  BOOST_TEST(sh(d) == "()");
+  BOOST_TEST(allclose(d, {12}, 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(matmul_empty_dims) {
+  // Inner dim 0: zeros.
+  Tensor y = matmul(f64({}, {2, 0}), f64({}, {0, 3}));
+  BOOST_TEST(sh(y) == "(2, 3)");
+  BOOST_TEST(allclose(y, {0, 0, 0, 0, 0, 0}, 0, 0));
+  Tensor y32 = matmul(f32({}, {2, 2, 0}), f32({}, {0, 3}));
+  BOOST_TEST(sh(y32) == "(2, 2, 3)");
+  BOOST_TEST(allclose(y32, Vec(12, 0.0), 0, 0));
+  // Empty batch.
+  BOOST_TEST(sh(matmul(f64({}, {0, 3, 4}), f64(vals(8, 1), {4, 2}))) == "(0, 3, 2)");
+}
+
+BOOST_AUTO_TEST_CASE(linear_values) {
+  const std::size_t in = 4, out = 3;
+  Vec W = vals(out * in, 121), bias = vals(out, 122), X = vals(2 * 2 * in, 123);
+  auto ref = [&](std::size_t rows, bool with_bias) {
+    Vec y(rows * out);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t o = 0; o < out; ++o) {
+        double s = with_bias ? bias[o] : 0.0;
+        for (std::size_t i = 0; i < in; ++i) s += X[r * in + i] * W[o * in + i];
+        y[r * out + o] = s;
+      }
+    return y;
+  };
+  // 2-D, with and without bias
+  Tensor x2 = f64(Vec(X.begin(), X.begin() + 2 * in), {2, in});
+  Tensor y = linear(x2, f64(W, {out, in}), f64(bias, {out}));
+  BOOST_TEST(sh(y) == "(2, 3)");
+  BOOST_TEST(allclose(y, ref(2, true), 1e-12, 1e-13));
+  Tensor yn = linear(x2, f64(W, {out, in}));
+  BOOST_TEST(allclose(yn, ref(2, false), 1e-12, 1e-13));
+  // 3-D input
+  Tensor y3 = linear(f64(X, {2, 2, in}), f64(W, {out, in}), f64(bias, {out}));
+  BOOST_TEST(sh(y3) == "(2, 2, 3)");
+  BOOST_TEST(allclose(y3, ref(4, true), 1e-12, 1e-13));
+  BOOST_TEST(allclose(linear(f64(X, {2, 2, in}), f64(W, {out, in})), ref(4, false), 1e-12, 1e-13));
+  // 1-D input
+  Tensor y1 = linear(f64(Vec(X.begin(), X.begin() + in), {in}), f64(W, {out, in}), f64(bias, {out}));
+  BOOST_TEST(sh(y1) == "(3)");
+  BOOST_TEST(allclose(y1, ref(1, true), 1e-12, 1e-13));
+  // float32
+  Tensor y32 = linear(f32(X, {2, 2, in}), f32(W, {out, in}), f32(bias, {out}));
+  BOOST_TEST(y32.dtype() == DType::Float32);
+  BOOST_TEST(allclose(y32, ref(4, true), 1e-5, 1e-5));
+  // Hand case: W = [[1,0],[0,1],[1,1]], b = [0.5,0,-1], x = [2,3] -> [2.5,3,4]
+  BOOST_TEST(allclose(linear(f64({2, 3}, {1, 2}), f64({1, 0, 0, 1, 1, 1}, {3, 2}), f64({0.5, 0, -1}, {3})),
+                      {2.5, 3, 4}, 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(linear_zero_in_features) {
+  // in_features = 0: x W^T is all zero, so every row is the bias.
+  Tensor y = linear(f64({}, {2, 0}), f64({}, {3, 0}), f64({1, 2, 3}, {3}));
+  BOOST_TEST(sh(y) == "(2, 3)");
+  BOOST_TEST(allclose(y, {1, 2, 3, 1, 2, 3}, 0, 0));
+  Tensor yn = linear(f64({}, {2, 0}), f64({}, {3, 0}));
+  BOOST_TEST(allclose(yn, Vec(6, 0.0), 0, 0));
+}
+
+// ---------------------------------------------------------------------------------------
+// softmax family
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(softmax_hand_values) {
+  // softmax([0, ln 2, ln 3, ln 4]) = [1, 2, 3, 4] / 10
+  Tensor x = f64({0, std::log(2.0), std::log(3.0), std::log(4.0)}, {4});
+  BOOST_TEST(allclose(softmax(x), {0.1, 0.2, 0.3, 0.4}, 1e-14));
+  BOOST_TEST(allclose(log_softmax(x), {std::log(0.1), std::log(0.2), std::log(0.3), std::log(0.4)}, 1e-13));
+  // Shift invariance and huge values: no overflow.
+  Tensor big = f64({1000, 1000 + std::log(2.0), 1000 + std::log(3.0), 1000 + std::log(4.0)}, {4});
+  BOOST_TEST(allclose(softmax(big), {0.1, 0.2, 0.3, 0.4}, 1e-10));
+  BOOST_TEST(allclose(log_softmax(big), {std::log(0.1), std::log(0.2), std::log(0.3), std::log(0.4)}, 1e-10));
+  Tensor neg = f64({-1000, -1000}, {2});
+  BOOST_TEST(allclose(softmax(neg), {0.5, 0.5}, 1e-14));
+  // Size-1 axis: 1.
+  BOOST_TEST(allclose(softmax(f64({3, -7}, {2, 1})), {1, 1}, 0, 0));
+  BOOST_TEST(allclose(log_softmax(f64({3, -7}, {2, 1})), {0, 0}, 0, 1e-15));
+}
+
+BOOST_AUTO_TEST_CASE(softmax_axes_against_loops) {
+  Vec xv = vals(24, 131, -3, 3);
+  Tensor x = f64(xv, {2, 3, 4});
+  // last axis
+  Vec e = ref_softmax(xv, 6, 4);
+  BOOST_TEST(sh(softmax(x)) == "(2, 3, 4)");
+  BOOST_TEST(allclose(softmax(x, -1), e, 1e-13, 1e-15));
+  BOOST_TEST(allclose(softmax(x, 2), e, 1e-13, 1e-15));
+  BOOST_TEST(allclose(log_softmax(x), map(e, [](double v) { return std::log(v); }), 1e-12, 1e-14));
+  // axis 1: gather columns into rows, softmax, scatter back
+  Vec cols(24), e1(24);
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < 4; ++k)
+      for (int j = 0; j < 3; ++j) cols[(i * 4 + k) * 3 + j] = xv[(i * 3 + j) * 4 + k];
+  Vec sc = ref_softmax(cols, 8, 3);
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < 4; ++k)
+      for (int j = 0; j < 3; ++j) e1[(i * 3 + j) * 4 + k] = sc[(i * 4 + k) * 3 + j];
+  BOOST_TEST(allclose(softmax(x, 1), e1, 1e-13, 1e-15));
+  BOOST_TEST(allclose(softmax(x, -2), e1, 1e-13, 1e-15));
+  BOOST_TEST(allclose(log_softmax(x, 1), map(e1, [](double v) { return std::log(v); }), 1e-12, 1e-14));
+  // axis 0 of (2, 3): columns of two
+  Vec v2 = {1, 2, 3, 3, 2, 1};
+  double a = 1 / (1 + std::exp(2.0)), b = 0.5;
+  BOOST_TEST(allclose(softmax(f64(v2, {2, 3}), 0), {a, b, 1 - a, 1 - a, b, a}, 1e-14));
+  // float32
+  Tensor y32 = softmax(f32(xv, {2, 3, 4}));
+  BOOST_TEST(y32.dtype() == DType::Float32);
+  BOOST_TEST(allclose(y32, ref_softmax(round32(xv), 6, 4), 1e-5, 1e-6));
+  Tensor l32 = log_softmax(f32(xv, {2, 3, 4}));
+  BOOST_TEST(l32.dtype() == DType::Float32);
+  BOOST_TEST(allclose(l32, map(ref_softmax(round32(xv), 6, 4), [](double v) { return std::log(v); }), 1e-5, 1e-5));
+}
+
+BOOST_AUTO_TEST_CASE(softmax_minus_inf_entries) {
+  // -inf is excluded; an all -inf row is all zero (softmax) / all -inf (log_softmax).
+  Tensor x = f64({0, -kInf, std::log(3.0), -kInf, -kInf, -kInf}, {2, 3});
+  Tensor y = softmax(x);
+  BOOST_TEST(allclose(y, {0.25, 0, 0.75, 0, 0, 0}, 1e-14));
+  BOOST_TEST(test::all_finite(y));
+  Tensor l = log_softmax(x);
+  BOOST_TEST(allclose(l, {std::log(0.25), -kInf, std::log(0.75), -kInf, -kInf, -kInf}, 1e-13));
+  for (double v : l.to_vector()) BOOST_TEST(!std::isnan(v));
+  Tensor y32 = softmax(f32({0, -kInf, std::log(3.0), -kInf, -kInf, -kInf}, {2, 3}));
+  BOOST_TEST(allclose(y32, {0.25, 0, 0.75, 0, 0, 0}, 1e-6, 1e-7));
+}
+
+BOOST_AUTO_TEST_CASE(masked_softmax_values) {
+  // Row 0 partly masked, row 1 fully masked, row 2 open; the (3,4) mask broadcasts over
+  // the batch of 2.
+  std::vector<bool> m = {false, true, false, true, true, true, true, true, false, false, false, false};
+  Tensor mask = bool_tensor(m, {3, 4});
+  Vec xv = vals(24, 141, -3, 3);
+  Tensor y = masked_softmax(f64(xv, {2, 3, 4}), mask);
+  BOOST_TEST(sh(y) == "(2, 3, 4)");
+  std::vector<bool> full;
+  for (int b = 0; b < 2; ++b) full.insert(full.end(), m.begin(), m.end());
+  Vec e = ref_softmax(xv, 6, 4, full);
+  BOOST_TEST(allclose(y, e, 1e-13, 1e-15));
+  BOOST_TEST(test::all_finite(y));
+  // Hand case: [0, x, ln 3, x] with entries 1, 3 masked -> [0.25, 0, 0.75, 0]
+  Tensor h = masked_softmax(f64({0, 123, std::log(3.0), -5}, {4}), bool_tensor({false, true, false, true}, {4}));
+  BOOST_TEST(allclose(h, {0.25, 0, 0.75, 0}, 1e-14));
+  // Mask (2,1) broadcast along the softmax axis: whole rows masked or open.
+  Tensor r = masked_softmax(f64({1, 1, 5, 0, 0, 0}, {2, 3}), bool_tensor({true, false}, {2, 1}));
+  BOOST_TEST(allclose(r, {0, 0, 0, 1.0 / 3, 1.0 / 3, 1.0 / 3}, 1e-14));
+  // Axis 0 with a causal mask; float32.
+  Tensor c = masked_softmax(f32({0, 0, 0, 0}, {2, 2}), causal_mask(2), 0);
+  // mask [[F,T],[F,F]]: column 0 open (0.5, 0.5), column 1 only row 1 allowed.
+  BOOST_TEST(c.dtype() == DType::Float32);
+  BOOST_TEST(allclose(c, {0.5, 0, 0.5, 1}, 1e-6));
+}
+
+BOOST_AUTO_TEST_CASE(masked_fill_values) {
+  Tensor x = f64({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor same = masked_fill(x, bool_tensor({true, false, false, false, true, false}, {2, 3}), -9);
+  BOOST_TEST(sh(same) == "(2, 3)");
+  BOOST_TEST(allclose(same, {-9, 2, 3, 4, -9, 6}, 0, 0));
+  BOOST_TEST(allclose(masked_fill(x, bool_tensor({true, false}, {2, 1}), 0), {0, 0, 0, 4, 5, 6}, 0, 0));
+  BOOST_TEST(allclose(masked_fill(x, bool_tensor({false, true, true}, {3}), 0.5), {1, 0.5, 0.5, 4, 0.5, 0.5}, 0, 0));
+  BOOST_TEST(allclose(masked_fill(x, bool_tensor({true}, {}), 7), {7, 7, 7, 7, 7, 7}, 0, 0));
+  Tensor nf = masked_fill(x, bool_tensor({false, false, true}, {1, 3}), -kInf);
+  BOOST_TEST(allclose(nf, {1, 2, -kInf, 4, 5, -kInf}, 0, 0));
+  // float32, rank 3 with a (3,4) causal mask
+  Tensor x3 = f32(vals(24, 151), {2, 3, 4});
+  Tensor y3 = masked_fill(x3, causal_mask(3, 4), -1);
+  BOOST_TEST(y3.dtype() == DType::Float32);
+  Vec xv = x3.to_vector(), e;
+  for (int b = 0; b < 2; ++b)
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 4; ++j) e.push_back(j > i ? -1.0 : xv[(b * 3 + i) * 4 + j]);
+  BOOST_TEST(allclose(y3, e, 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(where_values) {
+  Tensor c = bool_tensor({true, false, false, true, true, false}, {2, 3});
+  Tensor a = f64({1, 2, 3, 4, 5, 6}, {2, 3}), b = f64({-1, -2, -3}, {3});
+  Tensor y = where(c, a, b);
+  BOOST_TEST(sh(y) == "(2, 3)");
+  BOOST_TEST(allclose(y, {1, -2, -3, 4, 5, -3}, 0, 0));
+  // cond (2,1), a scalar, b (3) -> (2,3)
+  Tensor y2 = where(bool_tensor({true, false}, {2, 1}), scalar(9, DType::Float64), b);
+  BOOST_TEST(sh(y2) == "(2, 3)");
+  BOOST_TEST(allclose(y2, {9, 9, 9, -1, -2, -3}, 0, 0));
+  // cond broadcasts up: cond (2,1,3), a (3), b () -> (2,1,3)
+  Tensor y3 = where(bool_tensor({true, false, true, false, true, false}, {2, 1, 3}), f32({1, 2, 3}, {3}),
+                    scalar(0, DType::Float32));
+  BOOST_TEST(sh(y3) == "(2, 1, 3)");
+  BOOST_TEST(y3.dtype() == DType::Float32);
+  BOOST_TEST(allclose(y3, {1, 0, 3, 0, 2, 0}, 0, 0));
+  // a and b both broadcast against each other: a (2,1), b (1,3), cond (3)
+  Tensor y4 = where(bool_tensor({true, false, true}, {3}), f64({10, 20}, {2, 1}), f64({1, 2, 3}, {1, 3}));
+  BOOST_TEST(sh(y4) == "(2, 3)");
+  BOOST_TEST(allclose(y4, {10, 2, 10, 20, 2, 20}, 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(causal_mask_values) {
+  Tensor sq = causal_mask(3);
+  BOOST_TEST(sq.dtype() == DType::Bool);
+  BOOST_TEST(sh(sq) == "(3, 3)");
+  BOOST_TEST(allclose(sq, {0, 1, 1, 0, 0, 1, 0, 0, 0}, 0, 0));
+  BOOST_TEST(allclose(causal_mask(3, 3, CausalAlign::BottomRight), {0, 1, 1, 0, 0, 1, 0, 0, 0}, 0, 0));
+  // T < S: top-left, query i sees j <= i
+  Tensor tl = causal_mask(2, 4, CausalAlign::TopLeft);
+  BOOST_TEST(sh(tl) == "(2, 4)");
+  BOOST_TEST(allclose(tl, {0, 1, 1, 1, 0, 0, 1, 1}, 0, 0));
+  BOOST_TEST(allclose(causal_mask(2, 4), {0, 1, 1, 1, 0, 0, 1, 1}, 0, 0));
+  // T < S: bottom-right, query i sees j <= i + 2; the last query sees everything
+  Tensor br = causal_mask(2, 4, CausalAlign::BottomRight);
+  BOOST_TEST(allclose(br, {0, 0, 0, 1, 0, 0, 0, 0}, 0, 0));
+  // T > S: top-left
+  Tensor tl2 = causal_mask(3, 2, CausalAlign::TopLeft);
+  BOOST_TEST(sh(tl2) == "(3, 2)");
+  BOOST_TEST(allclose(tl2, {0, 1, 0, 0, 0, 0}, 0, 0));
+  // T > S: bottom-right (shift -1): query 0 sees nothing, query 1 sees key 0
+  Tensor br2 = causal_mask(3, 2, CausalAlign::BottomRight);
+  BOOST_TEST(allclose(br2, {1, 1, 0, 1, 0, 0}, 0, 0));
+  // Loops for a bigger case.
+  const std::size_t T = 4, S = 7;
+  Vec etl, ebr;
+  for (std::size_t i = 0; i < T; ++i)
+    for (std::size_t j = 0; j < S; ++j) {
+      etl.push_back(j > i ? 1 : 0);
+      ebr.push_back(j > i + (S - T) ? 1 : 0);
+    }
+  BOOST_TEST(allclose(causal_mask(T, S), etl, 0, 0));
+  BOOST_TEST(allclose(causal_mask(T, S, CausalAlign::BottomRight), ebr, 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(logical_ops) {
+  Tensor a = bool_tensor({true, true, false, false}, {2, 2});
+  Tensor b = bool_tensor({true, false, true, false}, {2, 2});
+  Tensor o = logical_or(a, b);
+  BOOST_TEST(o.dtype() == DType::Bool);
+  BOOST_TEST(sh(o) == "(2, 2)");
+  BOOST_TEST(allclose(o, {1, 1, 1, 0}, 0, 0));
+  BOOST_TEST(allclose(logical_and(a, b), {1, 0, 0, 0}, 0, 0));
+  BOOST_TEST(logical_not(a).dtype() == DType::Bool);
+  BOOST_TEST(allclose(logical_not(a), {0, 0, 1, 1}, 0, 0));
+  // Broadcasting: (2,1) with (3) -> (2,3)
+  Tensor r = bool_tensor({true, false}, {2, 1}), c = bool_tensor({false, true, false}, {3});
+  Tensor ro = logical_or(r, c);
+  BOOST_TEST(sh(ro) == "(2, 3)");
+  BOOST_TEST(allclose(ro, {1, 1, 1, 0, 1, 0}, 0, 0));
+  Tensor ra = logical_and(r, c);
+  BOOST_TEST(sh(ra) == "(2, 3)");
+  BOOST_TEST(allclose(ra, {0, 1, 0, 0, 0, 0}, 0, 0));
+  // Combining a causal mask with a key padding mask (1, 3).
+  Tensor pad = bool_tensor({false, false, true}, {1, 3});
+  BOOST_TEST(allclose(logical_or(causal_mask(3), pad), {0, 1, 1, 0, 0, 1, 0, 0, 1}, 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(tensor_to) {
+  Tensor x = f64({0.1, -2.5, 3e10, 1.0 / 3}, {2, 2});
+  Tensor y = x.to(DType::Float32);
+  BOOST_TEST(y.dtype() == DType::Float32);
+  BOOST_TEST(sh(y) == "(2, 2)");
+  BOOST_TEST(allclose(y, round32({0.1, -2.5, 3e10, 1.0 / 3}), 0, 0));
+  Tensor z = y.to(DType::Float64);
+  BOOST_TEST(z.dtype() == DType::Float64);
+  BOOST_TEST(allclose(z, round32({0.1, -2.5, 3e10, 1.0 / 3}), 0, 0));
+  Tensor same = x.to(DType::Float64);
+  BOOST_TEST(same.dtype() == DType::Float64);
+  BOOST_TEST(allclose(same, {0.1, -2.5, 3e10, 1.0 / 3}, 0, 0));
+  BOOST_TEST(sh(scalar(1.5, DType::Float64).to(DType::Float32)) == "()");
+}
+
+// ---------------------------------------------------------------------------------------
+// Hand-derived gradients
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(grad_sum_of_squares_is_2x) {
+  Vec xv = {1, -2, 0.5, 3, 0, -0.25};
+  Tensor x = leaf64(xv, {2, 3});
+  sum(mul(x, x)).backward();
+  BOOST_TEST(allclose(x.grad(), map(xv, [](double v) { return 2 * v; }), 0, 0));
+  // float32, and via pow
+  Tensor x32 = leaf32(xv, {6});
+  sum(pow(x32, 2.0)).backward();
+  BOOST_TEST(x32.grad().dtype() == DType::Float32);
+  BOOST_TEST(allclose(x32.grad(), map(xv, [](double v) { return 2 * v; }), kRtol32, kAtol32));
+  // a + a: both contributions
+  Tensor a = leaf64({1, 2}, {2});
+  sum(add(a, a)).backward();
+  BOOST_TEST(allclose(a.grad(), {2, 2}, 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(grad_broadcast_binary_ops) {
+  // y = a (2,3) op b (3), upstream G: db sums over rows.
+  Vec av = vals(6, 161), bv = vals(3, 162, 0.5, 2), G = vals(6, 163);
+  Tensor a = leaf64(av, {2, 3}), b = leaf64(bv, {3});
+  auto g = grad({mul(a, b)}, {a, b}, {f64(G, {2, 3})});
+  Vec da(6), db(3, 0.0);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) {
+      da[i * 3 + j] = G[i * 3 + j] * bv[j];
+      db[j] += G[i * 3 + j] * av[i * 3 + j];
+    }
+  BOOST_TEST(sh(g[1]) == "(3)");
+  BOOST_TEST(allclose(g[0], da, 1e-14, 1e-15));
+  BOOST_TEST(allclose(g[1], db, 1e-14, 1e-15));
+  // div: da = G / b, db = -G a / b^2
+  auto gd = grad({div(a, b)}, {a, b}, {f64(G, {2, 3})});
+  Vec dda(6), ddb(3, 0.0);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) {
+      dda[i * 3 + j] = G[i * 3 + j] / bv[j];
+      ddb[j] += -G[i * 3 + j] * av[i * 3 + j] / (bv[j] * bv[j]);
+    }
+  BOOST_TEST(allclose(gd[0], dda, 1e-13, 1e-15));
+  BOOST_TEST(allclose(gd[1], ddb, 1e-13, 1e-15));
+  // sub with (2,1) - (1,3)
+  Tensor c = leaf64({1, 2}, {2, 1}), d = leaf64({1, 2, 3}, {1, 3});
+  auto gs = grad({sub(c, d)}, {c, d}, {f64(G, {2, 3})});
+  BOOST_TEST(allclose(gs[0], {G[0] + G[1] + G[2], G[3] + G[4] + G[5]}, 1e-14, 1e-15));
+  BOOST_TEST(allclose(gs[1], {-(G[0] + G[3]), -(G[1] + G[4]), -(G[2] + G[5])}, 1e-14, 1e-15));
+}
+
+BOOST_AUTO_TEST_CASE(grad_unary_functions) {
+  Vec xv = {-1.5, -0.2, 0.3, 1.1};
+  Vec G = {0.7, -1.3, 2.0, 0.4};
+  auto check = [&](const char* name, Tensor (*f)(const Tensor&), const std::function<double(double)>& df,
+                   const Vec& at) {
+    BOOST_TEST_CONTEXT(name) {
+      Tensor x = leaf64(at, {4});
+      auto g = grad({f(x)}, {x}, {f64(G, {4})});
+      Vec e(4);
+      for (int i = 0; i < 4; ++i) e[i] = G[i] * df(at[i]);
+      BOOST_TEST(allclose(g[0], e, 1e-12, 1e-14));
+    }
+  };
+  Vec pos = {0.25, 0.5, 2.0, 9.0};
+  check("exp", xgrad::exp, [](double v) { return std::exp(v); }, xv);
+  check("log", xgrad::log, [](double v) { return 1 / v; }, pos);
+  check("sqrt", xgrad::sqrt, [](double v) { return 0.5 / std::sqrt(v); }, pos);
+  check("rsqrt", xgrad::rsqrt, [](double v) { return -0.5 * std::pow(v, -1.5); }, pos);
+  check("tanh", xgrad::tanh, [](double v) { return 1 - std::tanh(v) * std::tanh(v); }, xv);
+  check("sigmoid", xgrad::sigmoid, [](double v) { return ref_sigmoid(v) * (1 - ref_sigmoid(v)); }, xv);
+  check("relu", xgrad::relu, [](double v) { return v > 0 ? 1.0 : 0.0; }, xv);
+  check("erf", xgrad::erf, [](double v) { return 2 / std::sqrt(kPi) * std::exp(-v * v); }, xv);
+  check("gelu", xgrad::gelu,
+        [](double v) {
+          return 0.5 * (1 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-v * v / 2) / std::sqrt(2 * kPi);
+        },
+        xv);
+  check("neg", xgrad::neg, [](double) { return -1.0; }, xv);
+  // relu at exactly 0: gradient 0 (as PyTorch)
+  Tensor z = leaf64({0, 0}, {2});
+  sum(relu(z)).backward();
+  BOOST_TEST(allclose(z.grad(), {0, 0}, 0, 0));
+  // pow: p x^(p-1); scalar ops
+  Tensor x = leaf64(pos, {4});
+  auto gp = grad({pow(x, 2.5)}, {x}, {f64(G, {4})});
+  Vec ep(4);
+  for (int i = 0; i < 4; ++i) ep[i] = G[i] * 2.5 * std::pow(pos[i], 1.5);
+  BOOST_TEST(allclose(gp[0], ep, 1e-12, 1e-14));
+  auto gm = grad({mul_scalar(add_scalar(x, 3), -2)}, {x}, {f64(G, {4})});
+  BOOST_TEST(allclose(gm[0], map(G, [](double v) { return -2 * v; }), 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(grad_softmax_hand_formula) {
+  // dx = y * (g - sum(g * y)) per row, with a non-trivial upstream g (sum() would hide bugs).
+  Vec xv = {0.2, -1.0, 1.5, 0.3, 2.0, -0.5, 0.0, 1.0};
+  Vec G = {1.0, -0.5, 0.25, 2.0, -1.5, 0.75, 0.3, -0.2};
+  Tensor x = leaf64(xv, {2, 4});
+  auto g = grad({softmax(x)}, {x}, {f64(G, {2, 4})});
+  Vec y = ref_softmax(xv, 2, 4), e(8);
+  for (int r = 0; r < 2; ++r) {
+    double dot = 0;
+    for (int i = 0; i < 4; ++i) dot += G[r * 4 + i] * y[r * 4 + i];
+    for (int i = 0; i < 4; ++i) e[r * 4 + i] = y[r * 4 + i] * (G[r * 4 + i] - dot);
+  }
+  BOOST_TEST(allclose(g[0], e, 1e-12, 1e-15));
+  // Known tiny case: softmax([0, 0]) = [.5, .5], g = [1, 0] -> dx = [.25, -.25]
+  Tensor t = leaf64({0, 0}, {2});
+  auto gt = grad({softmax(t)}, {t}, {f64({1, 0}, {2})});
+  BOOST_TEST(allclose(gt[0], {0.25, -0.25}, 1e-15));
+  // log_softmax: dx = g - softmax * sum(g)
+  auto gl = grad({log_softmax(x)}, {x}, {f64(G, {2, 4})});
+  Vec el(8);
+  for (int r = 0; r < 2; ++r) {
+    double s = 0;
+    for (int i = 0; i < 4; ++i) s += G[r * 4 + i];
+    for (int i = 0; i < 4; ++i) el[r * 4 + i] = G[r * 4 + i] - y[r * 4 + i] * s;
+  }
+  BOOST_TEST(allclose(gl[0], el, 1e-12, 1e-15));
+  // float32
+  Tensor x32 = leaf32(xv, {2, 4});
+  auto g32 = grad({softmax(x32)}, {x32}, {f32(G, {2, 4})});
+  BOOST_TEST(g32[0].dtype() == DType::Float32);
+  BOOST_TEST(allclose(g32[0], e, 1e-5, 1e-6));
+}
+
+BOOST_AUTO_TEST_CASE(grad_masked_softmax_and_masked_fill) {
+  std::vector<bool> m = {false, true, false, true, true, true, true, true};  // row 1 fully masked
+  Vec xv = {0.2, -1.0, 1.5, 0.3, 2.0, -0.5, 0.0, 1.0};
+  Vec G = {1.0, -0.5, 0.25, 2.0, -1.5, 0.75, 0.3, -0.2};
+  Tensor x = leaf64(xv, {2, 4});
+  auto g = grad({masked_softmax(x, bool_tensor(m, {2, 4}))}, {x}, {f64(G, {2, 4})});
+  Vec y = ref_softmax(xv, 2, 4, m), e(8, 0.0);
+  for (int r = 0; r < 2; ++r) {
+    double dot = 0;
+    for (int i = 0; i < 4; ++i) dot += G[r * 4 + i] * y[r * 4 + i];
+    for (int i = 0; i < 4; ++i) e[r * 4 + i] = y[r * 4 + i] * (G[r * 4 + i] - dot);
+  }
+  BOOST_TEST(test::all_finite(g[0]));
+  BOOST_TEST(allclose(g[0], e, 1e-12, 1e-15));
+  // masked_fill: gradient zero where filled
+  Tensor x2 = leaf64(xv, {2, 4});
+  auto gf = grad({masked_fill(x2, bool_tensor({true, false, false, true}, {4}), -1e9)}, {x2}, {f64(G, {2, 4})});
+  BOOST_TEST(allclose(gf[0], {0, -0.5, 0.25, 0, 0, 0.75, 0.3, 0}, 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(grad_matmul_2d_every_flag) {
+  // Logical C = A B, A (n,k), B (k,m): dA = G B^T, dB = A^T G (loops), then stored
+  // transposed when the operand was passed transposed.
+  const std::size_t n = 3, k = 4, m = 2;
+  Vec A = vals(n * k, 171), B = vals(k * m, 172), G = vals(n * m, 173);
+  Vec dA(n * k, 0.0), dB(k * m, 0.0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t q = 0; q < k; ++q)
+      for (std::size_t j = 0; j < m; ++j) {
+        dA[i * k + q] += G[i * m + j] * B[q * m + j];
+        dB[q * m + j] += A[i * k + q] * G[i * m + j];
+      }
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      BOOST_TEST_CONTEXT("ta " << ta << " tb " << tb) {
+        Tensor a = ta ? leaf64(tr(A, n, k), {k, n}) : leaf64(A, {n, k});
+        Tensor b = tb ? leaf64(tr(B, k, m), {m, k}) : leaf64(B, {k, m});
+        auto g = grad({matmul(a, b, ta, tb)}, {a, b}, {f64(G, {n, m})});
+        BOOST_TEST(allclose(g[0], ta ? tr(dA, n, k) : dA, 1e-12, 1e-14));
+        BOOST_TEST(allclose(g[1], tb ? tr(dB, k, m) : dB, 1e-12, 1e-14));
+      }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(grad_matmul_broadcast_batch) {
+  // a (2,3,4) x shared b (4,2): dB = sum over batch of A_b^T G_b
+  Vec A = vals(24, 181), B = vals(8, 182), G = vals(12, 183);
+  Tensor a = leaf64(A, {2, 3, 4}), b = leaf64(B, {4, 2});
+  auto g = grad({matmul(a, b)}, {a, b}, {f64(G, {2, 3, 2})});
+  Vec dA(24, 0.0), dB(8, 0.0);
+  for (int bi = 0; bi < 2; ++bi)
+    for (int i = 0; i < 3; ++i)
+      for (int q = 0; q < 4; ++q)
+        for (int j = 0; j < 2; ++j) {
+          dA[(bi * 3 + i) * 4 + q] += G[(bi * 3 + i) * 2 + j] * B[q * 2 + j];
+          dB[q * 2 + j] += A[(bi * 3 + i) * 4 + q] * G[(bi * 3 + i) * 2 + j];
+        }
+  BOOST_TEST(sh(g[1]) == "(4, 2)");
+  BOOST_TEST(allclose(g[0], dA, 1e-12, 1e-14));
+  BOOST_TEST(allclose(g[1], dB, 1e-12, 1e-14));
+  // shared a (3,4) x b (2,4,2): dA = sum over batch of G_b B_b^T
+  Vec A2 = vals(12, 184), B2 = vals(16, 185);
+  Tensor a2 = leaf64(A2, {3, 4}), b2 = leaf64(B2, {2, 4, 2});
+  auto g2 = grad({matmul(a2, b2)}, {a2, b2}, {f64(G, {2, 3, 2})});
+  Vec dA2(12, 0.0), dB2(16, 0.0);
+  for (int bi = 0; bi < 2; ++bi)
+    for (int i = 0; i < 3; ++i)
+      for (int q = 0; q < 4; ++q)
+        for (int j = 0; j < 2; ++j) {
+          dA2[i * 4 + q] += G[(bi * 3 + i) * 2 + j] * B2[(bi * 4 + q) * 2 + j];
+          dB2[(bi * 4 + q) * 2 + j] += A2[i * 4 + q] * G[(bi * 3 + i) * 2 + j];
+        }
+  BOOST_TEST(sh(g2[0]) == "(3, 4)");
+  BOOST_TEST(allclose(g2[0], dA2, 1e-12, 1e-14));
+  BOOST_TEST(allclose(g2[1], dB2, 1e-12, 1e-14));
+  // vector x matrix: (3) x (3,2): da = B g, db = a g^T
+  Tensor v = leaf64({1, 2, 3}, {3}), M = leaf64({1, 2, 3, 4, 5, 6}, {3, 2});
+  auto gv = grad({matmul(v, M)}, {v, M}, {f64({1, -1}, {2})});
+  BOOST_TEST(allclose(gv[0], {-1, -1, -1}, 0, 0));
+  BOOST_TEST(allclose(gv[1], {1, -1, 2, -2, 3, -3}, 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(grad_matmul_empty_inner_dim) {
+  // (2,3,0) x (0,2): the product is zero; both gradients are empty.
+  Tensor a = leaf64({}, {2, 3, 0}), b = leaf64({}, {0, 2});
+  auto g = grad({matmul(a, b)}, {a, b}, {f64(vals(12, 1), {2, 3, 2})});
+  BOOST_TEST(sh(g[0]) == "(2, 3, 0)");
+  BOOST_TEST(sh(g[1]) == "(0, 2)");
+}
+
+BOOST_AUTO_TEST_CASE(grad_linear) {
+  // y = x W^T + b: dx = G W, dW = G^T x (over all rows), db = column sums of G
+  const std::size_t in = 3, out = 2, rows = 4;
+  Vec X = vals(rows * in, 191), W = vals(out * in, 192), bv = vals(out, 193), G = vals(rows * out, 194);
+  Tensor x = leaf64(X, {2, 2, in}), w = leaf64(W, {out, in}), b = leaf64(bv, {out});
+  auto g = grad({linear(x, w, b)}, {x, w, b}, {f64(G, {2, 2, out})});
+  Vec dx(rows * in, 0.0), dW(out * in, 0.0), db(out, 0.0);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t o = 0; o < out; ++o) {
+      db[o] += G[r * out + o];
+      for (std::size_t i = 0; i < in; ++i) {
+        dx[r * in + i] += G[r * out + o] * W[o * in + i];
+        dW[o * in + i] += G[r * out + o] * X[r * in + i];
+      }
+    }
+  BOOST_TEST(sh(g[0]) == "(2, 2, 3)");
+  BOOST_TEST(allclose(g[0], dx, 1e-12, 1e-14));
+  BOOST_TEST(allclose(g[1], dW, 1e-12, 1e-14));
+  BOOST_TEST(allclose(g[2], db, 1e-12, 1e-14));
+}
+
+BOOST_AUTO_TEST_CASE(grad_max_ties_split_equally) {
+  // Row 0: max 3 twice -> 1/2 each; row 1: all equal -> 1/3 each; row 2: unique.
+  Tensor x = leaf64({1, 3, 3, 2, 2, 2, 5, -1, 0}, {3, 3});
+  auto g = grad({xgrad::max(x, 1)}, {x}, {f64({1, 3, -2}, {3})});
+  BOOST_TEST(allclose(g[0], {0, 0.5, 0.5, 1, 1, 1, -2, 0, 0}, 1e-15));
+  // keepdim, axis 0: columns [1,2,5] -> row 2; [3,2,-1] -> row 0; [3,2,0] -> row 0
+  auto g0 = grad({xgrad::max(x, 0, true)}, {x}, {f64({1, 1, 1}, {1, 3})});
+  BOOST_TEST(allclose(g0[0], {0, 1, 1, 0, 0, 0, 1, 0, 0}, 0, 0));
+  // float32 with a tie
+  Tensor x32 = leaf32({4, 4, 1, 4}, {4});
+  sum(xgrad::max(x32, 0)).backward();
+  BOOST_TEST(allclose(x32.grad(), {1.0 / 3, 1.0 / 3, 0, 1.0 / 3}, 1e-6));
+}
+
+BOOST_AUTO_TEST_CASE(grad_amax_ties_split_equally) {
+  // As torch.amax: the gradient is shared equally among all elements equal to the max
+  // over the reduced axes (here three 3s -> 1/3 each).
+  Tensor x = leaf64({3, 3, 3, 1}, {2, 2});
+  auto g = grad({amax(x, {0, 1})}, {x});
+  BOOST_TEST(allclose(g[0], {1.0 / 3, 1.0 / 3, 1.0 / 3, 0}, 1e-15));
+  // No ties: the single maximum gets everything.
+  Tensor y = leaf64({1, 7, 3, 2, 0, 5}, {2, 3});
+  auto gy = grad({amax(y, {})}, {y});
+  BOOST_TEST(allclose(gy[0], {0, 1, 0, 0, 0, 0}, 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(grad_reductions_and_shape_ops) {
+  Vec G6 = {1, 2, 3, 4, 5, 6};
+  // sum over axis 1 keepdim: gradient broadcast back
+  Tensor x = leaf64(vals(6, 201), {2, 3});
+  auto gs = grad({sum(x, {1}, true)}, {x}, {f64({10, 20}, {2, 1})});
+  BOOST_TEST(allclose(gs[0], {10, 10, 10, 20, 20, 20}, 0, 0));
+  // mean over axis 0: g / 2
+  auto gm = grad({mean(x, {0})}, {x}, {f64({2, 4, 6}, {3})});
+  BOOST_TEST(allclose(gm[0], {1, 2, 3, 1, 2, 3}, 0, 0));
+  // broadcast_to (3,1)->(2,3,2): gradient sums
+  Tensor b = leaf64({1, 2, 3}, {3, 1});
+  auto gb = grad({broadcast_to(b, {2, 3, 2})}, {b}, {f64(Vec(12, 1.0), {2, 3, 2})});
+  BOOST_TEST(allclose(gb[0], {4, 4, 4}, 0, 0));
+  // sum_to (2,3)->(3): gradient broadcasts
+  auto gt = grad({sum_to(x, {3})}, {x}, {f64({1, 2, 3}, {3})});
+  BOOST_TEST(allclose(gt[0], {1, 2, 3, 1, 2, 3}, 0, 0));
+  // transpose routes the gradient back transposed
+  auto gtr = grad({transpose(x, 0, 1)}, {x}, {f64(G6, {3, 2})});
+  BOOST_TEST(allclose(gtr[0], {1, 3, 5, 2, 4, 6}, 0, 0));
+  // narrow: gradient is zero outside the window
+  auto gn = grad({narrow(x, 1, 1, 2)}, {x}, {f64({1, 2, 3, 4}, {2, 2})});
+  BOOST_TEST(allclose(gn[0], {0, 1, 2, 0, 3, 4}, 0, 0));
+  // concat routes each slice back to its input
+  Tensor p = leaf64({1, 2}, {2, 1}), q = leaf64({3, 4, 5, 6}, {2, 2});
+  auto gc = grad({concat({p, q}, 1)}, {p, q}, {f64(G6, {2, 3})});
+  BOOST_TEST(allclose(gc[0], {1, 4}, 0, 0));
+  BOOST_TEST(allclose(gc[1], {2, 3, 5, 6}, 0, 0));
+  // split pieces used with different weights
+  auto parts = split(x, {1, 2}, 1);
+  auto gsp = grad({add(sum(parts[0]), mul_scalar(sum(parts[1]), 3))}, {x});
+  BOOST_TEST(allclose(gsp[0], {1, 3, 3, 1, 3, 3}, 0, 0));
+  // reshape / permute
+  Tensor z = leaf64(vals(24, 202), {2, 3, 4});
+  Vec Gz(24);
+  for (int i = 0; i < 24; ++i) Gz[i] = i;
+  auto gp = grad({permute(z, {2, 0, 1})}, {z}, {f64(Gz, {4, 2, 3})});
+  // dz[i][j][k] = G[k][i][j]
+  Vec ep(24);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) ep[(i * 3 + j) * 4 + k] = Gz[(k * 2 + i) * 3 + j];
+  BOOST_TEST(allclose(gp[0], ep, 0, 0));
+  auto gr = grad({reshape(z, {6, 4})}, {z}, {f64(Gz, {6, 4})});
+  BOOST_TEST(allclose(gr[0], Gz, 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(grad_where_and_to) {
+  Tensor c = bool_tensor({true, false, false, true, true, false}, {2, 3});
+  Tensor a = leaf64({1, 2, 3, 4, 5, 6}, {2, 3}), b = leaf64({-1, -2, -3}, {3});
+  auto g = grad({where(c, a, b)}, {a, b}, {f64({1, 2, 3, 4, 5, 6}, {2, 3})});
+  BOOST_TEST(allclose(g[0], {1, 0, 0, 4, 5, 0}, 0, 0));
+  BOOST_TEST(allclose(g[1], {0, 2, 3 + 6}, 0, 0));
+  // to(): the gradient comes back in the input's dtype
+  Tensor x = leaf64({0.5, 1.5}, {2});
+  Tensor y = x.to(DType::Float32);
+  BOOST_TEST(y.requires_grad());
+  auto gx = grad({sum(mul(y, y))}, {x});
+  BOOST_TEST(gx[0].dtype() == DType::Float64);
+  BOOST_TEST(allclose(gx[0], {1, 3}, 0, 0));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
