@@ -1,0 +1,54 @@
+// xgrad/models/checkpoint.hpp — safetensors files and training checkpoints.
+//
+// safetensors layout: an 8-byte little-endian header length N, N bytes of JSON
+//   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...,
+//    "__metadata__": {"key": "value", ...}}
+// (padded with spaces to a multiple of 8), then the raw little-endian row-major tensor
+// bytes; offsets are relative to the first byte after the header. dtypes: F32, F64,
+// BOOL (one byte, 0 or 1), I64.
+//
+// Writes are atomic: the file is written to a temporary file in the same directory,
+// flushed and fsync'ed, then renamed over the target, so a failed save leaves the previous
+// file intact. Reads validate the whole file before returning anything.
+#pragma once
+#include <map>
+#include <string>
+
+#include "xgrad/models/module.hpp"
+#include "xgrad/models/optim.hpp"
+
+namespace xgrad {
+
+struct SafetensorsFile {
+  NamedTensors tensors;                         // in data-offset order
+  std::map<std::string, std::string> metadata;  // "__metadata__"
+};
+
+// Writes `tensors` (offsets contiguous in the given order) and `metadata` to `path`.
+// ValueError for bad arguments (undefined tensor, empty, duplicate or "__metadata__" name),
+// checked before any file is touched; IOError for any I/O failure (temporary file removed,
+// previous file at `path` intact).
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// Reads a safetensors file. Any problem (unreadable file, bad header length, malformed
+// JSON, unknown dtype, bad shape, offsets out of range / not matching the shape /
+// overlapping / leaving holes, BOOL bytes other than 0 and 1, ...) throws IOError naming
+// the file and the tensor or field. Never reads out of bounds.
+SafetensorsFile load_safetensors(const std::string& path);
+
+// Saves model.named_parameters() under their own names and, when opt is given, its
+// state_dict() under "optimizer.<name>" (including "optimizer.step"), atomically.
+void save_checkpoint(const std::string& path, const Module& model, const Optimizer* opt = nullptr,
+                     const std::map<std::string, std::string>& metadata = {});
+
+// Loads a checkpoint written by save_checkpoint into model (and opt). Validates everything
+// first — the file, the parameter names (missing and unexpected ones are listed), each
+// parameter's shape and dtype (equal to the model's; no conversion), and, when opt is
+// given, the optimizer state (opt->validate_state_dict) — and throws IOError naming the
+// file and the problem; then copies the values into the existing parameter storage and
+// replaces the optimizer's state. On error the model and optimizer are unchanged. Entries
+// under "optimizer." are ignored when opt is null.
+void load_checkpoint(const std::string& path, Module& model, Optimizer* opt = nullptr);
+
+}  // namespace xgrad

@@ -1,0 +1,422 @@
+// Optimizers (torch.optim rules, foreach=False), gradient clipping, warmup + cosine schedule.
+#include <cmath>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "xgrad/framework/autograd.hpp"
+#include "xgrad/models/optim.hpp"
+
+namespace xgrad {
+namespace {
+
+std::string num(double x) {
+  std::ostringstream os;
+  os << x;
+  return os.str();
+}
+
+std::string describe(const Tensor& t) {
+  return std::string(dtype_name(t.dtype())) + " " + shape_str(t.shape());
+}
+
+void require(bool ok, const std::string& op, const std::string& what, double value) {
+  if (!ok) throw ValueError(op + ": " + what + ", got " + num(value));
+}
+
+template <class T> std::size_t first_non_finite(const Tensor& g) {
+  const T* d = g.data<T>();
+  const std::size_t n = g.numel();
+  for (std::size_t j = 0; j < n; ++j)
+    if (!std::isfinite(d[j])) return j;
+  return n;
+}
+
+Tensor int_scalar(std::int64_t v) { return index_tensor({v}, {}); }
+
+}  // namespace
+
+// --- Optimizer ---------------------------------------------------------------------------
+
+Optimizer::Optimizer(const NamedTensors& params, double lr_) : lr(lr_) {
+  std::set<std::string> names;
+  std::set<const TensorImpl*> impls;
+  for (const auto& [n, p] : params) {
+    if (n.empty()) throw ValueError("Optimizer: parameter names must be non-empty");
+    if (!names.insert(n).second)
+      throw ValueError("Optimizer: parameter name '" + n + "' appears more than once");
+    if (!p.defined()) throw ValueError("Optimizer: parameter '" + n + "' is undefined");
+    if (!is_float(p.dtype()))
+      throw DTypeError("Optimizer: parameter '" + n + "' must be float32 or float64, got " +
+                       describe(p));
+    if (!impls.insert(p.impl()).second)
+      throw ValueError("Optimizer: parameter '" + n + "' is the same tensor as an earlier one");
+  }
+  params_ = params;
+  state_.resize(params_.size());
+}
+
+void Optimizer::check_hyperparameters() const {
+  require(std::isfinite(lr) && lr >= 0, name(), "lr must be finite and >= 0", lr);
+}
+
+void Optimizer::zero_grad() {
+  for (auto& [n, p] : params_) p.zero_grad();
+}
+
+void Optimizer::step() {
+  check_hyperparameters();
+  const std::string op = std::string(name()) + "::step";
+  std::vector<Tensor> grads(params_.size());
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const auto& [n, p] = params_[i];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (g.dtype() != p.dtype())
+      throw DTypeError(op + ": gradient of parameter '" + n + "' is " + describe(g) +
+                       " but the parameter is " + describe(p) + "; nothing was updated");
+    if (g.shape() != p.shape())
+      throw ShapeError(op + ": gradient of parameter '" + n + "' has shape " +
+                       shape_str(g.shape()) + " but the parameter has shape " +
+                       shape_str(p.shape()) + "; nothing was updated");
+    std::size_t bad = g.dtype() == DType::Float32 ? first_non_finite<float>(g)
+                                                  : first_non_finite<double>(g);
+    if (bad < g.numel())
+      throw ValueError(op + ": gradient of parameter '" + n + "' " + shape_str(g.shape()) +
+                       " has the non-finite value " + num(g.to_vector()[bad]) +
+                       " at flat index " + std::to_string(bad) + "; nothing was updated");
+    grads[i] = g;
+  }
+  // Allocate missing state first, so that the update loop below cannot fail half-way.
+  const std::size_t nbuf = buffer_names().size();
+  std::vector<std::vector<Tensor>> fresh(params_.size());
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (grads[i].defined() && !state_[i].initialized && needs_state())
+      for (std::size_t k = 0; k < nbuf; ++k)
+        fresh[i].push_back(zeros(params_[i].second.shape(), params_[i].second.dtype()));
+  NoGradGuard no_grad;
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (!fresh[i].empty()) {
+      state_[i].buffers = std::move(fresh[i]);
+      state_[i].step = 0;
+      state_[i].initialized = true;
+    }
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (grads[i].defined()) update(i, params_[i].second, grads[i]);
+  ++steps_;
+}
+
+NamedTensors Optimizer::state_dict() const {
+  NamedTensors out;
+  out.emplace_back("step", int_scalar(steps_));
+  const auto bufs = buffer_names();
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const ParamState& st = state_[i];
+    if (!st.initialized) continue;
+    const std::string& n = params_[i].first;
+    for (std::size_t k = 0; k < bufs.size(); ++k)
+      out.emplace_back(bufs[k] + "." + n, st.buffers[k].clone());
+    if (tracks_param_step()) out.emplace_back("step." + n, int_scalar(st.step));
+  }
+  return out;
+}
+
+void Optimizer::validate_state_dict(const NamedTensors& state) const {
+  const std::string op = std::string(name()) + "::load_state_dict";
+  std::vector<std::string> kinds = buffer_names();
+  const std::size_t nbuf = kinds.size();
+  if (tracks_param_step()) kinds.push_back("step");
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < params_.size(); ++i) index[params_[i].first] = i;
+
+  auto check_step_scalar = [&](const std::string& entry, const Tensor& t) {
+    if (t.dtype() != DType::Int64 || t.dim() != 0)
+      throw DTypeError(op + ": '" + entry + "' must be an int64 scalar, got " + describe(t));
+    if (t.data<std::int64_t>()[0] < 0)
+      throw ValueError(op + ": '" + entry + "' must be >= 0, got " +
+                       std::to_string(t.data<std::int64_t>()[0]));
+  };
+
+  bool have_step = false;
+  std::set<std::string> seen;
+  std::vector<std::vector<bool>> found(params_.size(), std::vector<bool>(kinds.size(), false));
+  for (const auto& [entry, t] : state) {
+    if (!seen.insert(entry).second)
+      throw ValueError(op + ": entry '" + entry + "' appears more than once");
+    if (!t.defined()) throw ValueError(op + ": entry '" + entry + "' is undefined");
+    if (entry == "step") {
+      check_step_scalar(entry, t);
+      have_step = true;
+      continue;
+    }
+    std::size_t kind = kinds.size(), param = 0;
+    for (std::size_t k = 0; k < kinds.size() && kind == kinds.size(); ++k) {
+      const std::string prefix = kinds[k] + ".";
+      if (entry.compare(0, prefix.size(), prefix) != 0) continue;
+      auto it = index.find(entry.substr(prefix.size()));
+      if (it == index.end())
+        throw ValueError(op + ": entry '" + entry + "' names no parameter of this optimizer");
+      kind = k;
+      param = it->second;
+    }
+    if (kind == kinds.size())
+      throw ValueError(op + ": unexpected entry '" + entry + "' (not a state of " + name() +
+                       ")");
+    if (kind == nbuf) {
+      check_step_scalar(entry, t);
+    } else {
+      const Tensor& p = params_[param].second;
+      if (t.dtype() != p.dtype())
+        throw DTypeError(op + ": entry '" + entry + "' is " + describe(t) + " but parameter '" +
+                         params_[param].first + "' is " + describe(p));
+      if (t.shape() != p.shape())
+        throw ShapeError(op + ": entry '" + entry + "' has shape " + shape_str(t.shape()) +
+                         " but parameter '" + params_[param].first + "' has shape " +
+                         shape_str(p.shape()));
+    }
+    found[param][kind] = true;
+  }
+  if (!have_step) throw ValueError(op + ": missing entry 'step'");
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    std::string missing;
+    bool any = false;
+    for (std::size_t k = 0; k < kinds.size(); ++k) {
+      any = any || found[i][k];
+      if (!found[i][k]) missing += (missing.empty() ? "'" : ", '") + kinds[k] + "." + params_[i].first + "'";
+    }
+    if (any && !missing.empty())
+      throw ValueError(op + ": the state of parameter '" + params_[i].first +
+                       "' is incomplete: missing " + missing);
+  }
+}
+
+void Optimizer::load_state_dict(const NamedTensors& state) {
+  validate_state_dict(state);
+  std::vector<std::string> kinds = buffer_names();
+  const std::size_t nbuf = kinds.size();
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < params_.size(); ++i) index[params_[i].first] = i;
+  std::vector<ParamState> next(params_.size());
+  std::int64_t steps = 0;
+  for (auto& st : next) st.buffers.resize(nbuf);
+  for (const auto& [entry, t] : state) {
+    if (entry == "step") {
+      steps = t.data<std::int64_t>()[0];
+      continue;
+    }
+    if (tracks_param_step() && entry.compare(0, 5, "step.") == 0) {
+      ParamState& st = next[index.at(entry.substr(5))];
+      st.step = t.data<std::int64_t>()[0];
+      st.initialized = true;
+      continue;
+    }
+    for (std::size_t k = 0; k < nbuf; ++k) {
+      const std::string prefix = kinds[k] + ".";
+      if (entry.compare(0, prefix.size(), prefix) != 0) continue;
+      ParamState& st = next[index.at(entry.substr(prefix.size()))];
+      st.buffers[k] = t.detach().clone();
+      st.initialized = true;
+      // Without a tracked count, a loaded state counts as already updated once.
+      if (!tracks_param_step()) st.step = 1;
+      break;
+    }
+  }
+  for (auto& st : next)
+    if (!st.initialized) st.buffers.clear();
+  state_.swap(next);
+  steps_ = steps;
+}
+
+// --- SGD ---------------------------------------------------------------------------------
+
+SGD::SGD(const NamedTensors& params, double lr_, double momentum_, double dampening_,
+         double weight_decay_, bool nesterov_)
+    : Optimizer(params, lr_),
+      momentum(momentum_),
+      dampening(dampening_),
+      weight_decay(weight_decay_),
+      nesterov(nesterov_) {
+  check_hyperparameters();
+}
+
+std::vector<std::string> SGD::buffer_names() const { return {"momentum_buffer"}; }
+
+void SGD::check_hyperparameters() const {
+  Optimizer::check_hyperparameters();
+  require(std::isfinite(momentum) && momentum >= 0, name(), "momentum must be finite and >= 0",
+          momentum);
+  require(std::isfinite(dampening) && dampening >= 0, name(),
+          "dampening must be finite and >= 0", dampening);
+  require(std::isfinite(weight_decay) && weight_decay >= 0, name(),
+          "weight_decay must be finite and >= 0", weight_decay);
+  if (nesterov && (momentum <= 0 || dampening != 0))
+    throw ValueError(std::string(name()) +
+                     ": nesterov momentum requires momentum > 0 and dampening = 0, got momentum " +
+                     num(momentum) + " and dampening " + num(dampening));
+}
+
+namespace {
+
+template <class T>
+void sgd_update(T* p, const T* g, T* buf, std::size_t n, bool first, double lr, double momentum,
+                double dampening, double weight_decay, bool nesterov) {
+  const T wd = T(weight_decay), mom = T(momentum), keep = T(1 - dampening), neg_lr = T(-lr);
+  for (std::size_t j = 0; j < n; ++j) {
+    T d = g[j];
+    if (weight_decay != 0) d = d + wd * p[j];
+    if (buf) {
+      buf[j] = first ? d : buf[j] * mom + keep * d;
+      d = nesterov ? d + mom * buf[j] : buf[j];
+    }
+    p[j] = p[j] + neg_lr * d;
+  }
+}
+
+}  // namespace
+
+void SGD::update(std::size_t i, const Tensor& p, const Tensor& g) {
+  ParamState& st = state_[i];
+  const bool use_buf = momentum != 0;
+  const bool first = st.step == 0;
+  if (p.dtype() == DType::Float32)
+    sgd_update<float>(p.mutable_data<float>(), g.data<float>(),
+                      use_buf ? st.buffers[0].mutable_data<float>() : nullptr, p.numel(), first,
+                      lr, momentum, dampening, weight_decay, nesterov);
+  else
+    sgd_update<double>(p.mutable_data<double>(), g.data<double>(),
+                       use_buf ? st.buffers[0].mutable_data<double>() : nullptr, p.numel(), first,
+                       lr, momentum, dampening, weight_decay, nesterov);
+  if (use_buf) ++st.step;
+}
+
+// --- Adam / AdamW ------------------------------------------------------------------------
+
+Adam::Adam(const NamedTensors& params, double lr_, double beta1_, double beta2_, double eps_,
+           double weight_decay_, bool decoupled)
+    : Optimizer(params, lr_),
+      beta1(beta1_),
+      beta2(beta2_),
+      eps(eps_),
+      weight_decay(weight_decay_),
+      decoupled_(decoupled) {}
+
+Adam::Adam(const NamedTensors& params, double lr_, double beta1_, double beta2_, double eps_,
+           double weight_decay_)
+    : Adam(params, lr_, beta1_, beta2_, eps_, weight_decay_, false) {
+  check_hyperparameters();
+}
+
+AdamW::AdamW(const NamedTensors& params, double lr_, double beta1_, double beta2_, double eps_,
+             double weight_decay_)
+    : Adam(params, lr_, beta1_, beta2_, eps_, weight_decay_, true) {
+  check_hyperparameters();
+}
+
+std::vector<std::string> Adam::buffer_names() const { return {"exp_avg", "exp_avg_sq"}; }
+
+void Adam::check_hyperparameters() const {
+  Optimizer::check_hyperparameters();
+  require(beta1 >= 0 && beta1 < 1, name(), "beta1 must be in [0, 1)", beta1);
+  require(beta2 >= 0 && beta2 < 1, name(), "beta2 must be in [0, 1)", beta2);
+  require(std::isfinite(eps) && eps >= 0, name(), "eps must be finite and >= 0", eps);
+  require(std::isfinite(weight_decay) && weight_decay >= 0, name(),
+          "weight_decay must be finite and >= 0", weight_decay);
+}
+
+namespace {
+
+// t >= 1 is this parameter's step count after the increment.
+template <class T>
+void adam_update(T* p, const T* g, T* m, T* v, std::size_t n, std::int64_t t, double lr,
+                 double beta1, double beta2, double eps, double weight_decay, bool decoupled) {
+  const double bc1 = 1 - std::pow(beta1, double(t));
+  const double bc2_sqrt = std::sqrt(1 - std::pow(beta2, double(t)));
+  const T neg_step_size = T(-(lr / bc1)), bc2s = T(bc2_sqrt), e = T(eps);
+  const T b1 = T(beta1), b2 = T(beta2), one_b1 = T(1 - beta1), one_b2 = T(1 - beta2);
+  const T wd = T(weight_decay), decay = T(1 - lr * weight_decay);
+  for (std::size_t j = 0; j < n; ++j) {
+    T gj = g[j];
+    if (decoupled)
+      p[j] = p[j] * decay;
+    else if (weight_decay != 0)
+      gj = gj + wd * p[j];
+    m[j] = m[j] * b1 + one_b1 * gj;
+    v[j] = v[j] * b2 + one_b2 * gj * gj;
+    const T denom = std::sqrt(v[j]) / bc2s + e;
+    p[j] = p[j] + neg_step_size * m[j] / denom;
+  }
+}
+
+}  // namespace
+
+void Adam::update(std::size_t i, const Tensor& p, const Tensor& g) {
+  ParamState& st = state_[i];
+  ++st.step;
+  if (p.dtype() == DType::Float32)
+    adam_update<float>(p.mutable_data<float>(), g.data<float>(),
+                       st.buffers[0].mutable_data<float>(), st.buffers[1].mutable_data<float>(),
+                       p.numel(), st.step, lr, beta1, beta2, eps, weight_decay, decoupled_);
+  else
+    adam_update<double>(p.mutable_data<double>(), g.data<double>(),
+                        st.buffers[0].mutable_data<double>(), st.buffers[1].mutable_data<double>(),
+                        p.numel(), st.step, lr, beta1, beta2, eps, weight_decay, decoupled_);
+}
+
+// --- clipping and schedule ---------------------------------------------------------------
+
+namespace {
+template <class T> void scale_into(const Tensor& src, const Tensor& dst, double c) {
+  const T* s = src.data<T>();
+  T* d = dst.mutable_data<T>();
+  const T k = T(c);
+  for (std::size_t j = 0, n = src.numel(); j < n; ++j) d[j] = s[j] * k;
+}
+}  // namespace
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  if (!(max_norm >= 0))
+    throw ValueError("clip_grad_norm: max_norm must be >= 0, got " + num(max_norm));
+  double sq = 0;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].defined())
+      throw ValueError("clip_grad_norm: parameter " + std::to_string(i) + " is undefined");
+    Tensor g = params[i].grad();
+    if (!g.defined()) continue;
+    for (double x : g.to_vector()) sq += x * x;
+  }
+  const double total = std::sqrt(sq);
+  const double coef = max_norm / (total + 1e-6);
+  if (coef < 1) {
+    NoGradGuard no_grad;
+    for (const Tensor& p : params) {
+      Tensor g = p.grad();
+      if (!g.defined()) continue;
+      Tensor scaled = zeros(g.shape(), g.dtype());
+      if (g.dtype() == DType::Float32)
+        scale_into<float>(g, scaled, coef);
+      else
+        scale_into<double>(g, scaled, coef);
+      p.set_grad(scaled);
+    }
+  }
+  return total;
+}
+
+double warmup_cosine_lr(std::int64_t step, double base_lr, std::int64_t warmup_steps,
+                        std::int64_t total_steps, double min_lr) {
+  const std::string op = "warmup_cosine_lr";
+  if (step < 0) throw ValueError(op + ": step must be >= 0, got " + std::to_string(step));
+  if (warmup_steps < 0 || warmup_steps > total_steps)
+    throw ValueError(op + ": need 0 <= warmup_steps <= total_steps, got warmup_steps " +
+                     std::to_string(warmup_steps) + " and total_steps " +
+                     std::to_string(total_steps));
+  if (!(min_lr >= 0 && min_lr <= base_lr) || !std::isfinite(base_lr))
+    throw ValueError(op + ": need 0 <= min_lr <= base_lr (finite), got min_lr " + num(min_lr) +
+                     " and base_lr " + num(base_lr));
+  if (step < warmup_steps) return base_lr * double(step + 1) / double(warmup_steps);
+  if (step >= total_steps) return min_lr;
+  const double r = double(step - warmup_steps) / double(total_steps - warmup_steps);
+  return min_lr + (base_lr - min_lr) * 0.5 * (1 + std::cos(std::acos(-1.0) * r));
+}
+
+}  // namespace xgrad

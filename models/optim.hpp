@@ -1,0 +1,150 @@
+// xgrad/models/optim.hpp — optimizers (torch.optim update rules), gradient clipping and a
+// learning-rate schedule.
+//
+// The update rules are those of torch.optim with its defaults (foreach=False,
+// maximize=False, amsgrad=False), computed element by element in the parameter's own
+// dtype (float32 or float64), in place on the parameter storage, with grad mode off.
+//
+// A step is all-or-nothing: every gradient is validated (dtype and shape equal to the
+// parameter's, every element finite) before any parameter or state buffer changes.
+// Parameters whose .grad is undefined are skipped, and their per-parameter state (moments,
+// Adam's per-parameter step count) is neither created nor advanced, as in PyTorch.
+//
+// state_dict() names (param = the parameter's name as given to the constructor):
+//   "step"                          int64 scalar: number of step() calls
+//   "momentum_buffer.<param>"       SGD with momentum != 0 (after the first update)
+//   "exp_avg.<param>"               Adam / AdamW first moment   (after the first update)
+//   "exp_avg_sq.<param>"            Adam / AdamW second moment  (after the first update)
+//   "step.<param>"                  Adam / AdamW int64 scalar: this parameter's update count
+// A parameter without entries has no state yet (it has never had a gradient).
+// Hyper-parameters (lr, betas, ...) are not part of the state.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "xgrad/models/module.hpp"
+
+namespace xgrad {
+
+class Optimizer {
+ public:
+  // params: (name, tensor) pairs, e.g. Module::named_parameters(). Names must be non-empty
+  // and unique; tensors defined, float, and distinct (ValueError / DTypeError otherwise).
+  Optimizer(const NamedTensors& params, double lr);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Validates every gradient and the hyper-parameters, then updates every parameter that
+  // has a gradient and increments steps(). On error nothing changes.
+  virtual void step();
+  void zero_grad();  // drops every parameter's .grad (set_to_none=True)
+
+  double lr;  // may be changed between steps (schedules); must be >= 0 and finite
+  std::int64_t steps() const { return steps_; }
+  const NamedTensors& params() const { return params_; }
+  virtual const char* name() const = 0;
+
+  // Deep copies of the state, named as described above.
+  NamedTensors state_dict() const;
+  // Throws (ValueError for names and values, ShapeError, DTypeError) unless `state` is a
+  // valid state for these parameters: a "step" entry, only known buffer names of known
+  // parameters, each once, of the parameter's shape and dtype, and for each parameter
+  // either all of its entries or none.
+  void validate_state_dict(const NamedTensors& state) const;
+  // validate_state_dict, then replaces the whole state with copies; on error nothing changes.
+  void load_state_dict(const NamedTensors& state);
+
+ protected:
+  struct ParamState {
+    bool initialized = false;
+    std::int64_t step = 0;          // per-parameter update count (when tracked)
+    std::vector<Tensor> buffers;    // one per buffer_names() entry, parameter's shape/dtype
+  };
+  // Names of the per-parameter buffers, in state_dict order.
+  virtual std::vector<std::string> buffer_names() const = 0;
+  // Whether ParamState::step is part of the state ("step.<param>").
+  virtual bool tracks_param_step() const { return false; }
+  // Whether a parameter's state is created (zero buffers, step 0) before its first update.
+  virtual bool needs_state() const { return true; }
+  // Throws ValueError when a hyper-parameter (including lr) is invalid.
+  virtual void check_hyperparameters() const;
+  // Updates parameter i from its validated gradient g (same shape and dtype as p).
+  virtual void update(std::size_t i, const Tensor& p, const Tensor& g) = 0;
+
+  NamedTensors params_;
+  std::vector<ParamState> state_;
+  std::int64_t steps_ = 0;
+};
+
+// torch.optim.SGD:
+//   d = g + weight_decay * p
+//   momentum != 0:  buf = d (first update), else buf = momentum * buf + (1 - dampening) * d
+//                   d = nesterov ? d + momentum * buf : buf
+//   p = p - lr * d
+// lr, momentum, dampening, weight_decay >= 0; nesterov needs momentum > 0 and dampening 0.
+class SGD : public Optimizer {
+ public:
+  SGD(const NamedTensors& params, double lr, double momentum = 0, double dampening = 0,
+      double weight_decay = 0, bool nesterov = false);
+  const char* name() const override { return "SGD"; }
+  double momentum, dampening, weight_decay;
+  bool nesterov;
+
+ protected:
+  std::vector<std::string> buffer_names() const override;
+  bool needs_state() const override { return momentum != 0; }
+  void check_hyperparameters() const override;
+  void update(std::size_t i, const Tensor& p, const Tensor& g) override;
+};
+
+// torch.optim.Adam (L2 weight decay added to the gradient), t = this parameter's step:
+//   g = g + weight_decay * p
+//   m = beta1 * m + (1 - beta1) * g;   v = beta2 * v + (1 - beta2) * g^2
+//   p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+// lr, eps, weight_decay >= 0; betas in [0, 1).
+class Adam : public Optimizer {
+ public:
+  Adam(const NamedTensors& params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
+       double eps = 1e-8, double weight_decay = 0);
+  const char* name() const override { return "Adam"; }
+  double beta1, beta2, eps, weight_decay;
+
+ protected:
+  Adam(const NamedTensors& params, double lr, double beta1, double beta2, double eps,
+       double weight_decay, bool decoupled);
+  std::vector<std::string> buffer_names() const override;
+  bool tracks_param_step() const override { return true; }
+  void check_hyperparameters() const override;
+  void update(std::size_t i, const Tensor& p, const Tensor& g) override;
+
+ private:
+  bool decoupled_;
+};
+
+// torch.optim.AdamW: decoupled weight decay p = p * (1 - lr * weight_decay), then the Adam
+// update without the L2 term.
+class AdamW : public Adam {
+ public:
+  AdamW(const NamedTensors& params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
+        double eps = 1e-8, double weight_decay = 1e-2);
+  const char* name() const override { return "AdamW"; }
+};
+
+// torch.nn.utils.clip_grad_norm_ (norm_type 2): total = ||(||g_1||, ..., ||g_n||)||_2 over
+// the defined grads (computed in double). When c = max_norm / (total + 1e-6) < 1 every grad
+// is replaced (set_grad, never written in place: it may be shared) by g * c. Returns total.
+// max_norm must be >= 0 (ValueError).
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+// Linear warmup then cosine decay:
+//   step < warmup_steps:          base_lr * (step + 1) / warmup_steps
+//   warmup_steps <= step < total: min_lr + (base_lr - min_lr) * (1 + cos(pi * r)) / 2,
+//                                 r = (step - warmup_steps) / (total_steps - warmup_steps)
+//   step >= total_steps:          min_lr
+// ValueError unless step >= 0, 0 <= warmup_steps <= total_steps, 0 <= min_lr <= base_lr.
+double warmup_cosine_lr(std::int64_t step, double base_lr, std::int64_t warmup_steps,
+                        std::int64_t total_steps, double min_lr = 0);
+
+}  // namespace xgrad

@@ -1,0 +1,563 @@
+// safetensors files and checkpoints: bit-exact round trips, resumed training equal to an
+// uninterrupted run, every malformed-file class rejected with IOError and no change to the
+// model, and failed saves leaving the previous file intact.
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+
+#include "helpers.hpp"
+#include "xgrad/framework/array.hpp"
+#include "xgrad/models/checkpoint.hpp"
+#include "xgrad/models/optim.hpp"
+
+using namespace xgrad;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory under the system temp dir, removed at the end of the test.
+struct TmpDir {
+  fs::path path;
+  TmpDir() {
+    std::string tmpl = (fs::temp_directory_path() / "xgrad_ckpt_XXXXXX").string();
+    char* p = ::mkdtemp(tmpl.data());
+    BOOST_REQUIRE(p != nullptr);
+    path = p;
+  }
+  ~TmpDir() {
+    std::error_code ec;
+    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> out;
+    for (auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
+
+// w (2, 2) and b (2), of one float dtype.
+struct Tiny : Module {
+  Tensor w, b;
+  explicit Tiny(DType dt, double shift = 0)
+      : w(tensor({0.5 + shift, -1.0, 2.0, 0.25}, {2, 2}, dt)), b(tensor({0.1, -0.2 + shift}, {2}, dt)) {
+    register_parameter("w", &w);
+    register_parameter("b", &b);
+  }
+};
+
+// A nested model: "enc.w" (3, 2) float64 and "head" (2) float32.
+struct Enc : Module {
+  Tensor w;
+  Enc() : w(tensor({1, 2, 3, 4, 5, 6}, {3, 2}, DType::Float64)) { register_parameter("w", &w); }
+};
+struct Nested : Module {
+  Enc enc;
+  Tensor head;
+  Nested() : head(tensor({7, 8}, {2}, DType::Float32)) {
+    register_module("enc", &enc);
+    register_parameter("head", &head);
+  }
+};
+
+std::size_t nbytes(const Tensor& t) {
+  return t.numel() * (t.dtype() == DType::Float32 ? 4 : t.dtype() == DType::Bool ? 1 : 8);
+}
+const void* raw(const Tensor& t) {
+  switch (t.dtype()) {
+    case DType::Float32: return t.data<float>();
+    case DType::Float64: return t.data<double>();
+    case DType::Bool: return t.data<bool>();
+    case DType::Int64: return t.data<std::int64_t>();
+  }
+  return nullptr;
+}
+
+boost::test_tools::predicate_result same_bits(const Tensor& a, const Tensor& b) {
+  boost::test_tools::predicate_result r(true);
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) {
+    r = false;
+    r.message() << dtype_name(a.dtype()) << " " << shape_str(a.shape()) << " vs "
+                << dtype_name(b.dtype()) << " " << shape_str(b.shape());
+  } else if (nbytes(a) && std::memcmp(raw(a), raw(b), nbytes(a)) != 0) {
+    r = false;
+    r.message() << "values differ: " << a << " vs " << b;
+  }
+  return r;
+}
+
+boost::test_tools::predicate_result same_named(const NamedTensors& a, const NamedTensors& b) {
+  boost::test_tools::predicate_result r(a.size() == b.size());
+  if (!r) {
+    r.message() << a.size() << " vs " << b.size() << " tensors";
+    return r;
+  }
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    auto s = same_bits(a[i].second, b[i].second);
+    if (a[i].first != b[i].first || !s) {
+      r = false;
+      r.message() << "entry " << i << " '" << a[i].first << "' vs '" << b[i].first << "' "
+                  << s.message();
+      return r;
+    }
+  }
+  return r;
+}
+
+NamedTensors snapshot(const Module& m) {
+  NamedTensors out;
+  for (auto& [n, t] : m.named_parameters()) out.emplace_back(n, t.clone());
+  return out;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), std::streamsize(bytes.size()));
+}
+std::string le64(std::uint64_t n) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = char((n >> (8 * i)) & 0xff);
+  return s;
+}
+// A safetensors file from a header text and data bytes.
+std::string st_file(const std::string& header, const std::string& data) {
+  return le64(header.size()) + header + data;
+}
+template <class T> std::string bytes_of(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+// Bytes of Tiny(Float32)'s parameters as written in a file: w then b.
+const std::string kTinyData = bytes_of<float>({0.5f, -1.0f, 2.0f, 0.25f, 0.1f, -0.2f});
+const std::string kW = R"("w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]})";
+const std::string kB = R"("b":{"dtype":"F32","shape":[2],"data_offsets":[16,24]})";
+
+template <class E> bool message_has(const E& e, const std::vector<std::string>& needles) {
+  std::string s = e.what();
+  for (auto& n : needles)
+    if (s.find(n) == std::string::npos) {
+      BOOST_TEST_MESSAGE("missing '" << n << "' in: " << s);
+      return false;
+    }
+  return true;
+}
+
+// Trains `m` for `steps` AdamW steps on a fixed regression problem.
+void train(Tiny& m, Optimizer& opt, int steps) {
+  DType dt = m.w.dtype();
+  Tensor x = tensor({1, 2, -1, 0.5, 0, 1}, {3, 2}, dt);
+  Tensor y = tensor({1, 0, 0, 1, 0.5, 0.5}, {3, 2}, dt);
+  for (int i = 0; i < steps; ++i) {
+    opt.zero_grad();
+    Tensor d = sub(linear(x, m.w, m.b), y);
+    mean(mul(d, d)).backward();
+    opt.lr = warmup_cosine_lr(opt.steps(), 0.05, 2, 8, 1e-3);
+    opt.step();
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(checkpoint)
+
+BOOST_AUTO_TEST_CASE(safetensors_round_trip_is_bit_exact) {
+  TmpDir dir;
+  const double inf = std::numeric_limits<double>::infinity();
+  NamedTensors ts = {
+      {"f32", tensor({1.5, -0.0, inf, std::nan(""), 1e-40, -3.25}, {2, 3}, DType::Float32)},
+      {"f64", tensor({0.1, -inf, 5e-324, 1e308}, {4}, DType::Float64)},
+      {"mask", bool_tensor({true, false, true}, {3, 1})},
+      {"idx", index_tensor({std::numeric_limits<std::int64_t>::min(), -1, 0,
+                            std::numeric_limits<std::int64_t>::max()},
+                           {2, 2})},
+      {"scalar", scalar(2.5, DType::Float64)},
+      {"empty_f32", zeros({0, 3}, DType::Float32)},
+      {"empty_i64", index_tensor({}, {0})},
+      {"nested.name.with.dots", scalar(-7, DType::Int64)},
+      {"after_empty", tensor({1, 2}, {1, 2, 1}, DType::Float32)}};
+  std::map<std::string, std::string> meta = {{"format", "pt"}, {"note", "caf\xc3\xa9, \"quoted\""}};
+  const std::string path = dir / "t.safetensors";
+  save_safetensors(path, ts, meta);
+  SafetensorsFile f = load_safetensors(path);
+  BOOST_TEST(same_named(f.tensors, ts));
+  BOOST_TEST((f.metadata == meta));
+
+  // Layout: header length multiple of 8, space padded, offsets contiguous in order.
+  std::string bytes = read_bytes(path);
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= std::uint64_t(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  BOOST_TEST(n % 8 == 0u);
+  std::string header = bytes.substr(8, n);
+  BOOST_TEST(header.front() == '{');
+  BOOST_TEST(header.find_last_not_of(' ') == header.find_last_of('}'));
+  BOOST_TEST(header.find(R"("f32":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]})") !=
+             std::string::npos);
+  BOOST_TEST(header.find(R"("f64":{"dtype":"F64","shape":[4],"data_offsets":[24,56]})") !=
+             std::string::npos);
+  BOOST_TEST(header.find(R"("mask":{"dtype":"BOOL","shape":[3,1],"data_offsets":[56,59]})") !=
+             std::string::npos);
+  BOOST_TEST(header.find(R"("scalar":{"dtype":"F64","shape":[],"data_offsets":[91,99]})") !=
+             std::string::npos);
+  BOOST_TEST(header.find(R"("empty_f32":{"dtype":"F32","shape":[0,3],"data_offsets":[99,99]})") !=
+             std::string::npos);
+  std::size_t data_size = 24 + 32 + 3 + 32 + 8 + 0 + 0 + 8 + 8;
+  BOOST_TEST(bytes.size() == 8 + n + data_size);
+  BOOST_TEST(bytes.substr(8 + n + 56, 3) == std::string("\x01\x00\x01", 3));
+  // Nothing but the file is left in the directory.
+  BOOST_TEST(dir.entries() == std::vector<std::string>{"t.safetensors"},
+             boost::test_tools::per_element());
+
+  // No metadata and no tensors.
+  save_safetensors(path, {});
+  f = load_safetensors(path);
+  BOOST_TEST(f.tensors.empty());
+  BOOST_TEST(f.metadata.empty());
+}
+
+BOOST_AUTO_TEST_CASE(reads_hand_written_files) {
+  TmpDir dir;
+  const std::string path = dir / "h.safetensors";
+  // Keys out of offset order, whitespace, metadata, extra spaces: tensors come back in
+  // data-offset order.
+  write_bytes(path, st_file(R"( { "b" : {"dtype":"I64","shape":[1],"data_offsets":[16,24]},
+      "__metadata__": {"k": "v"}, "a": {"shape": [2], "data_offsets": [0, 16], "dtype": "F64"} }  )",
+                            bytes_of<double>({1.25, -2.5}) + bytes_of<std::int64_t>({42})));
+  SafetensorsFile f = load_safetensors(path);
+  BOOST_REQUIRE(f.tensors.size() == 2u);
+  BOOST_TEST(f.tensors[0].first == "a");
+  BOOST_TEST(test::allclose(f.tensors[0].second, {1.25, -2.5}, 0, 0));
+  BOOST_TEST(f.tensors[1].first == "b");
+  BOOST_TEST(f.tensors[1].second.dtype() == DType::Int64);
+  BOOST_TEST(f.tensors[1].second.item() == 42);
+  BOOST_TEST(f.metadata.at("k") == "v");
+}
+
+BOOST_AUTO_TEST_CASE(save_rejects_bad_arguments_before_touching_the_file) {
+  TmpDir dir;
+  const std::string path = dir / "a.safetensors";
+  save_safetensors(path, {{"x", scalar(1)}});
+  const std::string before = read_bytes(path);
+  BOOST_CHECK_THROW(save_safetensors(path, {{"x", scalar(1)}, {"x", scalar(2)}}), ValueError);
+  BOOST_CHECK_THROW(save_safetensors(path, {{"x", Tensor()}}), ValueError);
+  BOOST_CHECK_THROW(save_safetensors(path, {{"", scalar(1)}}), ValueError);
+  BOOST_CHECK_THROW(save_safetensors(path, {{"__metadata__", scalar(1)}}), ValueError);
+  BOOST_CHECK_THROW(save_safetensors(path, {{"bad\xff", scalar(1)}}), ValueError);
+  BOOST_TEST(read_bytes(path) == before);
+  BOOST_TEST(dir.entries().size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(checkpoint_round_trip_and_resumed_training_is_bit_exact) {
+  for (DType dt : {DType::Float32, DType::Float64})
+    BOOST_TEST_CONTEXT(dtype_name(dt)) {
+      TmpDir dir;
+      const std::string path = dir / "ckpt.safetensors";
+      // Uninterrupted: 8 steps.
+      Tiny ref(dt);
+      AdamW ref_opt(ref.named_parameters(), 0.05, 0.9, 0.99, 1e-8, 0.01);
+      train(ref, ref_opt, 8);
+      // Interrupted: 5 steps, save, load into a different model + optimizer, 3 more steps.
+      Tiny a(dt);
+      AdamW a_opt(a.named_parameters(), 0.05, 0.9, 0.99, 1e-8, 0.01);
+      train(a, a_opt, 5);
+      save_checkpoint(path, a, &a_opt, {{"epoch", "5"}});
+      Tiny b(dt, 3.0);
+      AdamW b_opt(b.named_parameters(), 0.05, 0.9, 0.99, 1e-8, 0.01);
+      train(b, b_opt, 1);  // some unrelated state to overwrite
+      load_checkpoint(path, b, &b_opt);
+      BOOST_TEST(same_named(b.named_parameters(), a.named_parameters()));
+      BOOST_TEST(same_named(b_opt.state_dict(), a_opt.state_dict()));
+      BOOST_TEST(b_opt.steps() == 5);
+      train(b, b_opt, 3);
+      BOOST_TEST(same_named(b.named_parameters(), ref.named_parameters()));
+      BOOST_TEST(same_named(b_opt.state_dict(), ref_opt.state_dict()));
+      // Loading keeps the parameter tensors themselves (optimizers hold them).
+      BOOST_TEST(b.w.requires_grad());
+      BOOST_TEST(b_opt.params()[0].second.impl() == b.w.impl());
+      // File contents: model names, "optimizer."-prefixed state, metadata.
+      SafetensorsFile f = load_safetensors(path);
+      std::vector<std::string> names;
+      for (auto& [n, t] : f.tensors) names.push_back(n);
+      std::vector<std::string> expected = {"w", "b", "optimizer.step",
+                                           "optimizer.exp_avg.w", "optimizer.exp_avg_sq.w",
+                                           "optimizer.step.w", "optimizer.exp_avg.b",
+                                           "optimizer.exp_avg_sq.b", "optimizer.step.b"};
+      BOOST_TEST(names == expected, boost::test_tools::per_element());
+      BOOST_TEST(f.metadata.at("epoch") == "5");
+      // Model-only load ignores the optimizer entries.
+      Tiny c(dt, 1.0);
+      load_checkpoint(path, c);
+      BOOST_TEST(same_named(c.named_parameters(), a.named_parameters()));
+    }
+}
+
+BOOST_AUTO_TEST_CASE(nested_mixed_dtype_model_round_trip) {
+  TmpDir dir;
+  const std::string path = dir / "n.safetensors";
+  Nested a;
+  SGD opt(a.named_parameters(), 0.1, 0.9);
+  a.enc.w.set_grad(ones({3, 2}, DType::Float64));
+  a.head.set_grad(ones({2}, DType::Float32));
+  opt.step();
+  save_checkpoint(path, a, &opt);
+  Nested b;
+  SGD opt_b(b.named_parameters(), 0.1, 0.9);
+  load_checkpoint(path, b, &opt_b);
+  BOOST_TEST(same_named(b.named_parameters(), a.named_parameters()));
+  BOOST_TEST(same_named(opt_b.state_dict(), opt.state_dict()));
+  BOOST_TEST(b.named_parameters()[0].first == "head");
+  BOOST_TEST(b.named_parameters()[1].first == "enc.w");
+}
+
+BOOST_AUTO_TEST_CASE(every_bad_file_throws_io_error_and_changes_nothing) {
+  TmpDir dir;
+  struct Case {
+    std::string name;
+    std::string bytes;                  // file contents (unless special)
+    std::vector<std::string> needles;   // expected in the message (besides the path)
+  };
+  auto hdr = [](const std::string& entries) { return "{" + entries + "}"; };
+  const std::string good_header = hdr(kW + "," + kB);
+  std::string huge_len = le64(std::uint64_t(1) << 62) + good_header + kTinyData;
+  std::string len_past_end = le64(good_header.size() + kTinyData.size() + 1) + good_header + kTinyData;
+  std::string bool_file = st_file(
+      hdr(kW + "," + kB + R"(,"m":{"dtype":"BOOL","shape":[3],"data_offsets":[24,27]})"),
+      kTinyData + std::string("\x01\x02\x00", 3));
+  const std::vector<Case> cases = {
+      {"empty file", "", {"shorter than the 8-byte header length"}},
+      {"truncated header length", std::string("\x10\x00\x00", 3), {"3 bytes"}},
+      {"header length larger than file", len_past_end, {"header length"}},
+      {"header length 2^62", huge_len, {"header length 4611686018427387904"}},
+      {"malformed JSON", st_file(R"({"w":{"dtype":"F32",)", kTinyData), {"not valid JSON"}},
+      {"JSON with trailing garbage", st_file(good_header + "x", kTinyData), {"not valid JSON"}},
+      {"header not an object", st_file("[1,2,3]", kTinyData), {"not a JSON object"}},
+      {"header is a string", st_file(R"("w")", kTinyData), {"not a JSON object"}},
+      {"entry not an object", st_file(hdr(kW + R"(,"b":[16,24])"), kTinyData), {"'b'", "not a JSON object"}},
+      {"unknown dtype", st_file(hdr(R"("w":{"dtype":"F16","shape":[2,2],"data_offsets":[0,16]},)" + kB), kTinyData),
+       {"'w'", "unsupported dtype \"F16\""}},
+      {"dtype not a string", st_file(hdr(R"("w":{"dtype":4,"shape":[2,2],"data_offsets":[0,16]},)" + kB), kTinyData),
+       {"'w'", "'dtype'"}},
+      {"missing dtype", st_file(hdr(R"("w":{"shape":[2,2],"data_offsets":[0,16]},)" + kB), kTinyData),
+       {"'w'", "missing field 'dtype'"}},
+      {"negative shape", st_file(hdr(R"("w":{"dtype":"F32","shape":[-2,-2],"data_offsets":[0,16]},)" + kB), kTinyData),
+       {"'w'", "shape[0]", "non-negative"}},
+      {"non-integer shape", st_file(hdr(R"("w":{"dtype":"F32","shape":[2.0,2],"data_offsets":[0,16]},)" + kB), kTinyData),
+       {"'w'", "shape[0]"}},
+      {"shape not an array", st_file(hdr(R"("w":{"dtype":"F32","shape":4,"data_offsets":[0,16]},)" + kB), kTinyData),
+       {"'w'", "'shape'"}},
+      {"huge shape", st_file(hdr(R"("w":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,16]},)" + kB), kTinyData),
+       {"'w'", "more than 2^64"}},
+      {"offsets out of range", st_file(hdr(kW + R"(,"b":{"dtype":"F32","shape":[2],"data_offsets":[1000,1008]})"), kTinyData),
+       {"'b'", "[1000, 1008]", "exceed the data section of 24 bytes"}},
+      {"offsets begin > end", st_file(hdr(kW + R"(,"b":{"dtype":"F32","shape":[2],"data_offsets":[24,16]})"), kTinyData),
+       {"'b'", "begin > end"}},
+      {"offsets with one number", st_file(hdr(kW + R"(,"b":{"dtype":"F32","shape":[2],"data_offsets":[16]})"), kTinyData),
+       {"'b'", "'data_offsets'"}},
+      {"negative offset", st_file(hdr(kW + R"(,"b":{"dtype":"F32","shape":[2],"data_offsets":[-8,24]})"), kTinyData),
+       {"'b'", "data_offsets[0]"}},
+      {"offsets not matching numel*itemsize", st_file(hdr(R"("w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]},)"
+                                                          R"("b":{"dtype":"F32","shape":[3],"data_offsets":[12,24]})"),
+                                                      kTinyData),
+       {"'w'", "span 12 bytes", "needs 16"}},
+      {"overlapping offsets", st_file(hdr(kW + R"(,"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]})"), kTinyData.substr(0, 16)),
+       {"'b'", "overlap tensor 'w'"}},
+      {"hole in the data", st_file(hdr(R"("w":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]})"), kTinyData),
+       {"'w'", "unused"}},
+      {"trailing bytes", st_file(good_header, kTinyData + "xxxx"), {"28 bytes but the tensors cover 24"}},
+      {"truncated data", st_file(good_header, kTinyData.substr(0, 20)), {"'b'", "exceed the data section of 20 bytes"}},
+      {"BOOL byte not 0/1", bool_file, {"'m'", "BOOL byte 2 at flat index 1"}},
+      {"duplicate name", st_file(hdr(kW + "," + kB + "," + kB), kTinyData), {"'b' more than once"}},
+      {"metadata not an object", st_file(hdr(kW + "," + kB + R"(,"__metadata__":[1])"), kTinyData), {"__metadata__"}},
+      {"metadata value not a string", st_file(hdr(kW + "," + kB + R"(,"__metadata__":{"epoch":5})"), kTinyData),
+       {"__metadata__ 'epoch'"}},
+      // Valid files that do not fit the model.
+      {"missing name", st_file(hdr(R"("w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]})"), kTinyData.substr(0, 16)),
+       {"missing 'b'"}},
+      {"unexpected name", st_file(hdr(kW + "," + kB + R"(,"c":{"dtype":"F32","shape":[],"data_offsets":[24,28]})"), kTinyData + "abcd"),
+       {"unexpected 'c'"}},
+      {"missing and unexpected names", st_file(hdr(kW + R"(,"bias":{"dtype":"F32","shape":[2],"data_offsets":[16,24]})"), kTinyData),
+       {"missing 'b'", "unexpected 'bias'"}},
+      {"wrong shape", st_file(hdr(R"("w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)" + kB), kTinyData),
+       {"'w' is float32 (4)", "float32 (2, 2)"}},
+      {"wrong dtype", st_file(hdr(R"("w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},)"
+                                  R"("b":{"dtype":"F64","shape":[1],"data_offsets":[16,24]})"),
+                              kTinyData),
+       {"'b' is float64 (1)", "float32 (2)"}},
+      {"same-size wrong dtype", st_file(hdr(R"("w":{"dtype":"I64","shape":[2],"data_offsets":[0,16]},)" + kB), kTinyData),
+       {"'w' is int64 (2)"}},
+  };
+
+  Tiny m(DType::Float32, 0.75);
+  const NamedTensors before = snapshot(m);
+  for (const Case& c : cases)
+    BOOST_TEST_CONTEXT(c.name) {
+      const std::string path = dir / "bad.safetensors";
+      write_bytes(path, c.bytes);
+      std::vector<std::string> needles = c.needles;
+      needles.push_back(path);
+      BOOST_CHECK_EXCEPTION(load_checkpoint(path, m), IOError,
+                            [&](const IOError& e) { return message_has(e, needles); });
+      BOOST_TEST(same_named(m.named_parameters(), before));
+    }
+  // The good file loads (the cases above differ from it in one thing only).
+  const std::string path = dir / "good.safetensors";
+  write_bytes(path, st_file(good_header, kTinyData));
+  load_checkpoint(path, m);
+  BOOST_TEST(test::allclose(m.w, {0.5, -1.0, 2.0, 0.25}, 1e-7));
+}
+
+BOOST_AUTO_TEST_CASE(unreadable_paths_throw_io_error) {
+  TmpDir dir;
+  Tiny m(DType::Float32);
+  const NamedTensors before = snapshot(m);
+  BOOST_CHECK_EXCEPTION(load_checkpoint(dir / "missing.safetensors", m), IOError,
+                        [&](const IOError& e) {
+                          return message_has(e, {dir / "missing.safetensors", "cannot open"});
+                        });
+  BOOST_CHECK_EXCEPTION(load_safetensors(dir.path.string()), IOError, [&](const IOError& e) {
+    return message_has(e, {"not a regular file"});
+  });
+  BOOST_TEST(same_named(m.named_parameters(), before));
+}
+
+BOOST_AUTO_TEST_CASE(bad_optimizer_state_changes_neither_model_nor_optimizer) {
+  TmpDir dir;
+  const std::string path = dir / "c.safetensors";
+  Tiny src(DType::Float32);
+  Adam src_opt(src.named_parameters(), 0.01);
+  train(src, src_opt, 2);
+
+  Tiny m(DType::Float32, 1.0);
+  Adam opt(m.named_parameters(), 0.01);
+  train(m, opt, 3);
+  const NamedTensors params = snapshot(m), state = opt.state_dict();
+  auto expect_fail = [&](const NamedTensors& file, const std::vector<std::string>& needles) {
+    save_safetensors(path, file);
+    BOOST_CHECK_EXCEPTION(load_checkpoint(path, m, &opt), IOError,
+                          [&](const IOError& e) { return message_has(e, needles); });
+    BOOST_TEST(same_named(m.named_parameters(), params));
+    BOOST_TEST(same_named(opt.state_dict(), state));
+    BOOST_TEST(opt.steps() == 3);
+  };
+  NamedTensors good = src.named_parameters();
+  for (auto& [n, t] : src_opt.state_dict()) good.emplace_back("optimizer." + n, t);
+  auto replaced = [&](const std::string& name, const Tensor& t) {
+    NamedTensors s = good;
+    for (auto& [n, v] : s)
+      if (n == name) v = t;
+    return s;
+  };
+  auto removed = [&](const std::string& name) {
+    NamedTensors s;
+    for (auto& [n, v] : good)
+      if (n != name) s.emplace_back(n, v);
+    return s;
+  };
+  expect_fail(src.named_parameters(), {"no optimizer state"});
+  expect_fail(replaced("optimizer.exp_avg.w", zeros({4})), {"optimizer state", "exp_avg.w", "(4)"});
+  expect_fail(replaced("optimizer.exp_avg_sq.b", zeros({2}, DType::Float64)), {"exp_avg_sq.b", "float64"});
+  expect_fail(removed("optimizer.step"), {"missing entry 'step'"});
+  expect_fail(removed("optimizer.exp_avg.b"), {"exp_avg.b"});
+  NamedTensors extra = good;
+  extra.emplace_back("optimizer.momentum_buffer.w", zeros({2, 2}));
+  expect_fail(extra, {"momentum_buffer.w"});
+  // A wrong model tensor is reported even when the optimizer state is fine.
+  expect_fail(replaced("w", zeros({2, 2}, DType::Float64)), {"'w' is float64 (2, 2)"});
+  // And the good one loads.
+  save_safetensors(path, good);
+  load_checkpoint(path, m, &opt);
+  BOOST_TEST(same_named(m.named_parameters(), src.named_parameters()));
+  BOOST_TEST(same_named(opt.state_dict(), src_opt.state_dict()));
+}
+
+BOOST_AUTO_TEST_CASE(failed_save_leaves_previous_checkpoint_intact) {
+  TmpDir dir;
+  const std::string path = dir / "ckpt.safetensors";
+  Tiny m(DType::Float32);
+  Adam opt(m.named_parameters(), 0.01);
+  train(m, opt, 2);
+  save_checkpoint(path, m, &opt);
+  const std::string before = read_bytes(path);
+  BOOST_REQUIRE(!before.empty());
+  const std::vector<std::string> listing = dir.entries();
+
+  // The target is a directory.
+  fs::create_directory(dir.path / "adir");
+  BOOST_CHECK_EXCEPTION(save_checkpoint(dir / "adir", m, &opt), IOError, [&](const IOError& e) {
+    return message_has(e, {"save_safetensors", dir / "adir", "renaming"});
+  });
+  BOOST_TEST(fs::is_directory(dir.path / "adir"));
+  fs::remove(dir.path / "adir");
+  BOOST_TEST(dir.entries() == listing, boost::test_tools::per_element());
+
+  // The parent directory does not exist.
+  BOOST_CHECK_EXCEPTION(save_checkpoint(dir / "nope/ckpt.safetensors", m), IOError,
+                        [&](const IOError& e) { return message_has(e, {"temporary file"}); });
+
+  // A write fails half-way (file size limit): the previous file is untouched, no temporary
+  // file is left behind. No Boost logging while the limit is in force.
+  {
+    NamedTensors big = {{"w", zeros({200000}, DType::Float32)}};
+    struct rlimit old;
+    BOOST_REQUIRE(::getrlimit(RLIMIT_FSIZE, &old) == 0);
+    auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = old;
+    lim.rlim_cur = 65536;
+    bool threw_io = false;
+    std::string what;
+    if (::setrlimit(RLIMIT_FSIZE, &lim) == 0) {
+      try {
+        save_safetensors(path, big);
+      } catch (const IOError& e) {
+        threw_io = true;
+        what = e.what();
+      } catch (...) {
+      }
+      ::setrlimit(RLIMIT_FSIZE, &old);
+    }
+    ::signal(SIGXFSZ, old_handler);
+    BOOST_TEST(threw_io);
+    BOOST_TEST(what.find("File too large") != std::string::npos, what);
+    BOOST_TEST(read_bytes(path) == before);
+    BOOST_TEST(dir.entries() == listing, boost::test_tools::per_element());
+  }
+
+  // A read-only directory (root ignores permissions, so only checked as another user).
+  if (::geteuid() != 0) {
+    fs::permissions(dir.path, fs::perms::owner_read | fs::perms::owner_exec);
+    BOOST_CHECK_THROW(save_checkpoint(path, m, &opt), IOError);
+    fs::permissions(dir.path, fs::perms::owner_all);
+    BOOST_TEST(read_bytes(path) == before);
+  } else {
+    BOOST_TEST_MESSAGE("running as root: read-only directory case skipped");
+  }
+
+  // The previous checkpoint still loads.
+  Tiny m2(DType::Float32, 2.0);
+  Adam opt2(m2.named_parameters(), 0.01);
+  load_checkpoint(path, m2, &opt2);
+  BOOST_TEST(same_named(m2.named_parameters(), m.named_parameters()));
+  BOOST_TEST(same_named(opt2.state_dict(), opt.state_dict()));
+
+  // A successful overwrite replaces it and leaves no temporary file.
+  train(m, opt, 1);
+  save_checkpoint(path, m, &opt);
+  BOOST_TEST(read_bytes(path) != before);
+  BOOST_TEST(dir.entries() == listing, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_SUITE_END()

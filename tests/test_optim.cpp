@@ -1,0 +1,575 @@
+// Optimizers against torch.optim's documented update rules (recomputed here in double with
+// plain loops), all-or-nothing steps, state_dict round trips, gradient clipping and the
+// warmup + cosine schedule.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "helpers.hpp"
+#include "xgrad/framework/array.hpp"
+#include "xgrad/models/optim.hpp"
+
+using namespace xgrad;
+using test::allclose;
+
+namespace {
+
+using Vec = std::vector<double>;
+
+// Two parameters: w (2, 2) and b (3).
+struct Tiny : Module {
+  Tensor w, b;
+  explicit Tiny(DType dt)
+      : w(tensor({0.5, -1.0, 2.0, 0.25}, {2, 2}, dt)), b(tensor({0.1, -0.2, 3.0}, {3}, dt)) {
+    register_parameter("w", &w);
+    register_parameter("b", &b);
+  }
+};
+
+const Vec kW0 = {0.5, -1.0, 2.0, 0.25}, kB0 = {0.1, -0.2, 3.0};
+
+// Fixed gradients for steps 0, 1, 2 (signs and magnitudes vary; one element is 0).
+Vec grad_w(int t) {
+  const Vec g[3] = {{0.3, -0.7, 1.5, 0.0}, {-0.2, 0.4, 0.9, -1.1}, {0.05, -0.6, -2.0, 0.8}};
+  return g[t];
+}
+Vec grad_b(int t) {
+  const Vec g[3] = {{1.0, -0.5, 0.25}, {0.75, 0.1, -3.0}, {-0.4, 0.0, 0.6}};
+  return g[t];
+}
+
+void set_grads(Tiny& m, int t) {
+  m.w.set_grad(tensor(grad_w(t), {2, 2}, m.w.dtype()));
+  m.b.set_grad(tensor(grad_b(t), {3}, m.b.dtype()));
+}
+
+// Bit-identical: same dtype, shape and bytes.
+boost::test_tools::predicate_result same_bits(const Tensor& a, const Tensor& b) {
+  boost::test_tools::predicate_result r(true);
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) {
+    r = false;
+    r.message() << dtype_name(a.dtype()) << " " << shape_str(a.shape()) << " vs "
+                << dtype_name(b.dtype()) << " " << shape_str(b.shape());
+    return r;
+  }
+  auto bytes = [](const Tensor& t) -> const void* {
+    switch (t.dtype()) {
+      case DType::Float32: return t.data<float>();
+      case DType::Float64: return t.data<double>();
+      case DType::Bool: return t.data<bool>();
+      case DType::Int64: return t.data<std::int64_t>();
+    }
+    return nullptr;
+  };
+  std::size_t n = a.numel() * (a.dtype() == DType::Float32 ? 4 : a.dtype() == DType::Bool ? 1 : 8);
+  if (n && std::memcmp(bytes(a), bytes(b), n) != 0) {
+    r = false;
+    r.message() << "values differ: " << a << " vs " << b;
+  }
+  return r;
+}
+
+boost::test_tools::predicate_result same_state(const NamedTensors& a, const NamedTensors& b) {
+  boost::test_tools::predicate_result r(true);
+  if (a.size() != b.size()) {
+    r = false;
+    r.message() << a.size() << " vs " << b.size() << " entries";
+    return r;
+  }
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].first != b[i].first) {
+      r = false;
+      r.message() << "entry " << i << ": '" << a[i].first << "' vs '" << b[i].first << "'";
+      return r;
+    }
+    auto s = same_bits(a[i].second, b[i].second);
+    if (!s) {
+      r = false;
+      r.message() << "entry '" << a[i].first << "': " << s.message();
+      return r;
+    }
+  }
+  return r;
+}
+
+double tol(DType dt) { return dt == DType::Float32 ? 2e-6 : 1e-13; }
+
+// --- reference rules (torch.optim documentation, in double) -----------------------------
+
+struct SgdRef {
+  double lr, momentum = 0, dampening = 0, wd = 0;
+  bool nesterov = false;
+  Vec buf;
+  void step(Vec& p, const Vec& g0) {
+    Vec g = g0;
+    for (std::size_t j = 0; j < p.size(); ++j) g[j] += wd * p[j];
+    if (momentum != 0) {
+      if (buf.empty())
+        buf = g;
+      else
+        for (std::size_t j = 0; j < p.size(); ++j) buf[j] = momentum * buf[j] + (1 - dampening) * g[j];
+      for (std::size_t j = 0; j < p.size(); ++j) g[j] = nesterov ? g[j] + momentum * buf[j] : buf[j];
+    }
+    for (std::size_t j = 0; j < p.size(); ++j) p[j] -= lr * g[j];
+  }
+};
+
+// m_hat = m / (1 - b1^t), v_hat = v / (1 - b2^t), p -= lr * m_hat / (sqrt(v_hat) + eps)
+struct AdamRef {
+  AdamRef(double lr_, double b1_ = 0.9, double b2_ = 0.999, double eps_ = 1e-8, double wd_ = 0,
+          bool decoupled_ = false)
+      : lr(lr_), b1(b1_), b2(b2_), eps(eps_), wd(wd_), decoupled(decoupled_) {}
+  double lr, b1, b2, eps, wd;
+  bool decoupled;
+  Vec m, v;
+  int t = 0;
+  void step(Vec& p, const Vec& g0) {
+    if (m.empty()) m = v = Vec(p.size(), 0.0);
+    ++t;
+    Vec g = g0;
+    for (std::size_t j = 0; j < p.size(); ++j) {
+      if (decoupled)
+        p[j] *= 1 - lr * wd;
+      else
+        g[j] += wd * p[j];
+      m[j] = b1 * m[j] + (1 - b1) * g[j];
+      v[j] = b2 * v[j] + (1 - b2) * g[j] * g[j];
+      double mh = m[j] / (1 - std::pow(b1, t)), vh = v[j] / (1 - std::pow(b2, t));
+      p[j] -= lr * mh / (std::sqrt(vh) + eps);
+    }
+  }
+};
+
+// Runs 3 steps of `opt` on Tiny and of the reference `ref` (one per parameter), comparing
+// after each step.
+template <class Ref>
+void check_three_steps(Tiny& m, Optimizer& opt, Ref ref_w, Ref ref_b) {
+  Vec pw = kW0, pb = kB0;
+  for (int t = 0; t < 3; ++t) {
+    BOOST_TEST_CONTEXT("step " << t + 1) {
+      set_grads(m, t);
+      opt.step();
+      ref_w.step(pw, grad_w(t));
+      ref_b.step(pb, grad_b(t));
+      BOOST_TEST(allclose(m.w, pw, tol(m.w.dtype()), tol(m.w.dtype())));
+      BOOST_TEST(allclose(m.b, pb, tol(m.b.dtype()), tol(m.b.dtype())));
+      BOOST_TEST(opt.steps() == t + 1);
+    }
+  }
+}
+
+const DType kDTypes[] = {DType::Float32, DType::Float64};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(optim)
+
+BOOST_AUTO_TEST_CASE(sgd_plain_by_hand) {
+  // p = p - lr * g:  0.5 - 0.1 * 0.3 = 0.47, -1 + 0.07 = -0.93, 2 - 0.15 = 1.85, 0.25
+  Tiny m(DType::Float64);
+  SGD opt(m.named_parameters(), 0.1);
+  set_grads(m, 0);
+  opt.step();
+  BOOST_TEST(allclose(m.w, {0.47, -0.93, 1.85, 0.25}, 1e-15));
+  BOOST_TEST(allclose(m.b, {0.0, -0.15, 2.975}, 1e-15, 1e-16));
+}
+
+BOOST_AUTO_TEST_CASE(sgd_variants_match_reference) {
+  struct Case {
+    const char* name;
+    double lr, momentum, dampening, wd;
+    bool nesterov;
+  };
+  const Case cases[] = {{"plain", 0.1, 0, 0, 0, false},
+                        {"weight decay", 0.05, 0, 0, 0.1, false},
+                        {"momentum", 0.1, 0.9, 0, 0, false},
+                        {"momentum + dampening + weight decay", 0.1, 0.8, 0.25, 0.01, false},
+                        {"nesterov", 0.1, 0.9, 0, 0, true},
+                        {"nesterov + weight decay", 0.03, 0.5, 0, 0.2, true}};
+  for (DType dt : kDTypes)
+    for (const Case& c : cases)
+      BOOST_TEST_CONTEXT(c.name << ", " << dtype_name(dt)) {
+        Tiny m(dt);
+        SGD opt(m.named_parameters(), c.lr, c.momentum, c.dampening, c.wd, c.nesterov);
+        SgdRef ref{c.lr, c.momentum, c.dampening, c.wd, c.nesterov, {}};
+        check_three_steps(m, opt, ref, ref);
+      }
+}
+
+BOOST_AUTO_TEST_CASE(sgd_first_momentum_step_ignores_dampening) {
+  // PyTorch initialises the buffer with the gradient itself (no (1 - dampening) factor).
+  Tiny m(DType::Float64);
+  SGD opt(m.named_parameters(), 1.0, 0.9, 0.5);
+  set_grads(m, 0);
+  opt.step();
+  BOOST_TEST(allclose(m.w, {0.5 - 0.3, -1.0 + 0.7, 2.0 - 1.5, 0.25}, 1e-15));
+  auto sd = opt.state_dict();
+  BOOST_TEST(sd[1].first == "momentum_buffer.w");
+  BOOST_TEST(allclose(sd[1].second, grad_w(0), 0, 0));
+}
+
+BOOST_AUTO_TEST_CASE(adam_first_step_moves_each_element_by_lr) {
+  // t = 1: m_hat = g, v_hat = g^2, so p -= lr * g / (|g| + eps) = lr * sign(g) (0 for g = 0).
+  Tiny m(DType::Float64);
+  Adam opt(m.named_parameters(), 0.01);
+  set_grads(m, 0);
+  opt.step();
+  BOOST_TEST(allclose(m.w, {0.49, -0.99, 1.99, 0.25}, 1e-9));
+  BOOST_TEST(allclose(m.b, {0.09, -0.19, 2.99}, 1e-9));
+}
+
+BOOST_AUTO_TEST_CASE(adam_and_adamw_match_reference) {
+  for (DType dt : kDTypes) {
+    BOOST_TEST_CONTEXT("Adam, " << dtype_name(dt)) {
+      Tiny m(dt);
+      Adam opt(m.named_parameters(), 0.01);
+      AdamRef ref{0.01};
+      check_three_steps(m, opt, ref, ref);
+    }
+    BOOST_TEST_CONTEXT("Adam, L2 weight decay, custom betas, " << dtype_name(dt)) {
+      Tiny m(dt);
+      Adam opt(m.named_parameters(), 0.05, 0.8, 0.99, 1e-6, 0.1);
+      AdamRef ref{0.05, 0.8, 0.99, 1e-6, 0.1, false};
+      check_three_steps(m, opt, ref, ref);
+    }
+    BOOST_TEST_CONTEXT("AdamW, default weight decay, " << dtype_name(dt)) {
+      Tiny m(dt);
+      AdamW opt(m.named_parameters(), 0.01);
+      AdamRef ref{0.01, 0.9, 0.999, 1e-8, 1e-2, true};
+      check_three_steps(m, opt, ref, ref);
+    }
+    BOOST_TEST_CONTEXT("AdamW, weight decay 0.5, " << dtype_name(dt)) {
+      Tiny m(dt);
+      AdamW opt(m.named_parameters(), 0.1, 0.9, 0.95, 1e-8, 0.5);
+      AdamRef ref{0.1, 0.9, 0.95, 1e-8, 0.5, true};
+      check_three_steps(m, opt, ref, ref);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(adamw_decay_is_decoupled_from_adam_l2) {
+  // With a zero gradient, Adam's L2 term still moves p (by ~lr), AdamW only shrinks it.
+  Tiny a(DType::Float64), b(DType::Float64);
+  Adam adam(a.named_parameters(), 0.1, 0.9, 0.999, 1e-8, 0.5);
+  AdamW adamw(b.named_parameters(), 0.1, 0.9, 0.999, 1e-8, 0.5);
+  a.w.set_grad(zeros({2, 2}, DType::Float64));
+  b.w.set_grad(zeros({2, 2}, DType::Float64));
+  adam.step();
+  adamw.step();
+  BOOST_TEST(allclose(a.w, {0.4, -0.9, 1.9, 0.15}, 1e-7));  // eps: lr * 0.5p / (0.5|p| + eps)
+  BOOST_TEST(allclose(b.w, {0.5 * 0.95, -0.95, 2.0 * 0.95, 0.25 * 0.95}, 1e-15));
+}
+
+BOOST_AUTO_TEST_CASE(params_without_grad_are_skipped_with_their_own_step_count) {
+  Tiny m(DType::Float64);
+  Adam opt(m.named_parameters(), 0.01);
+  AdamRef ref_w{0.01}, ref_b{0.01};
+  Vec pw = kW0, pb = kB0;
+  // Step 1: only w has a gradient; b is untouched and gets no state.
+  m.w.set_grad(tensor(grad_w(0), {2, 2}, DType::Float64));
+  opt.step();
+  ref_w.step(pw, grad_w(0));
+  BOOST_TEST(allclose(m.w, pw, 1e-13));
+  BOOST_TEST(allclose(m.b, kB0, 0, 0));
+  auto sd = opt.state_dict();
+  BOOST_TEST(sd.size() == 4u);  // step, exp_avg.w, exp_avg_sq.w, step.w
+  // Step 2: both; b's bias correction uses its own t = 1.
+  set_grads(m, 1);
+  opt.step();
+  ref_w.step(pw, grad_w(1));
+  ref_b.step(pb, grad_b(1));
+  BOOST_TEST(allclose(m.w, pw, 1e-13));
+  BOOST_TEST(allclose(m.b, pb, 1e-13));
+  sd = opt.state_dict();
+  BOOST_TEST(sd.size() == 7u);
+  BOOST_TEST(sd[0].first == "step");
+  BOOST_TEST(sd[0].second.item() == 2);
+  BOOST_TEST(sd[3].first == "step.w");
+  BOOST_TEST(sd[3].second.item() == 2);
+  BOOST_TEST(sd[6].first == "step.b");
+  BOOST_TEST(sd[6].second.item() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(zero_grad_drops_grads) {
+  Tiny m(DType::Float32);
+  SGD opt(m.named_parameters(), 0.1);
+  set_grads(m, 0);
+  opt.zero_grad();
+  BOOST_TEST(!m.w.grad().defined());
+  BOOST_TEST(!m.b.grad().defined());
+  opt.step();  // nothing to do
+  BOOST_TEST(allclose(m.w, kW0, 0, 0));
+  BOOST_TEST(opt.steps() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(training_with_backward_reduces_the_loss) {
+  // loss = mean((x W^T - y)^2) + 1e-3 * |b|^2
+  for (DType dt : kDTypes)
+    BOOST_TEST_CONTEXT(dtype_name(dt)) {
+      Tiny m(dt);
+      AdamW opt(m.named_parameters(), 0.05);
+      Tensor x = tensor({1, 2, -1, 0.5, 0, 1}, {3, 2}, dt);
+      Tensor y = tensor({1, 0, 0, 1, 0.5, 0.5}, {3, 2}, dt);
+      auto loss_fn = [&] {
+        Tensor d = sub(linear(x, m.w), y);
+        return add(mean(mul(d, d)), mul_scalar(sum(mul(m.b, m.b)), 1e-3));
+      };
+      double first = loss_fn().item(), last = first;
+      for (int i = 0; i < 50; ++i) {
+        opt.zero_grad();
+        Tensor loss = loss_fn();
+        loss.backward();
+        opt.step();
+        last = loss.item();
+      }
+      BOOST_TEST(last < 0.5 * first);
+      BOOST_TEST(m.w.requires_grad());
+      BOOST_TEST(m.w.is_leaf());
+    }
+}
+
+BOOST_AUTO_TEST_CASE(state_dict_round_trip_continues_identically) {
+  for (DType dt : kDTypes)
+    BOOST_TEST_CONTEXT(dtype_name(dt)) {
+      auto run = [&](auto make_opt) {
+        // Uninterrupted: 3 steps. Interrupted: 2 steps, state copied into a fresh optimizer
+        // over a copy of the parameters, then step 3.
+        Tiny a(dt), b(dt);
+        auto opt_a = make_opt(a);
+        for (int t = 0; t < 2; ++t) {
+          set_grads(a, t);
+          opt_a->step();
+        }
+        NamedTensors sd = opt_a->state_dict();
+        b.load_parameters(a.named_parameters());
+        auto opt_b = make_opt(b);
+        opt_b->load_state_dict(sd);
+        BOOST_TEST(opt_b->steps() == 2);
+        BOOST_TEST(same_state(opt_b->state_dict(), sd));
+        set_grads(a, 2);
+        set_grads(b, 2);
+        opt_a->step();
+        opt_b->step();
+        BOOST_TEST(same_bits(a.w, b.w));
+        BOOST_TEST(same_bits(a.b, b.b));
+        BOOST_TEST(same_state(opt_a->state_dict(), opt_b->state_dict()));
+        // The state_dict is a copy: stepping did not change `sd`.
+        BOOST_TEST(sd[0].second.item() == 2);
+      };
+      run([](Tiny& m) { return std::make_unique<Adam>(m.named_parameters(), 0.01); });
+      run([](Tiny& m) { return std::make_unique<AdamW>(m.named_parameters(), 0.01); });
+      run([](Tiny& m) { return std::make_unique<SGD>(m.named_parameters(), 0.1, 0.9, 0.1); });
+      run([](Tiny& m) { return std::make_unique<SGD>(m.named_parameters(), 0.1, 0.9, 0, 0, true); });
+    }
+}
+
+BOOST_AUTO_TEST_CASE(state_dict_names) {
+  Tiny m(DType::Float32);
+  SGD plain(m.named_parameters(), 0.1);
+  set_grads(m, 0);
+  plain.step();
+  auto sd = plain.state_dict();
+  BOOST_TEST(sd.size() == 1u);  // momentum 0 keeps no buffers
+  BOOST_TEST(sd[0].first == "step");
+  BOOST_TEST(sd[0].second.dtype() == DType::Int64);
+  BOOST_TEST(sd[0].second.dim() == 0u);
+  Adam adam(m.named_parameters());
+  adam.step();
+  std::vector<std::string> names;
+  for (auto& [n, t] : adam.state_dict()) names.push_back(n);
+  std::vector<std::string> expected = {"step", "exp_avg.w", "exp_avg_sq.w", "step.w",
+                                       "exp_avg.b", "exp_avg_sq.b", "step.b"};
+  BOOST_TEST(names == expected, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(load_state_dict_rejects_bad_state_and_changes_nothing) {
+  Tiny m(DType::Float32);
+  Adam opt(m.named_parameters(), 0.01);
+  set_grads(m, 0);
+  opt.step();
+  const NamedTensors good = opt.state_dict();
+  auto with = [&](const std::string& name, const Tensor& t) {
+    NamedTensors s = good;
+    for (auto& [n, v] : s)
+      if (n == name) v = t;
+    return s;
+  };
+  auto without = [&](const std::string& name) {
+    NamedTensors s;
+    for (auto& [n, v] : good)
+      if (n != name) s.emplace_back(n, v);
+    return s;
+  };
+  auto plus = [&](const std::string& name, const Tensor& t) {
+    NamedTensors s = good;
+    s.emplace_back(name, t);
+    return s;
+  };
+  // Advance the optimizer so that a partial load would be visible.
+  set_grads(m, 1);
+  opt.step();
+  const NamedTensors before = opt.state_dict();
+  auto expect = [&](const NamedTensors& s, auto type_tag, const std::string& needle) {
+    using E = decltype(type_tag);
+    BOOST_CHECK_EXCEPTION(opt.load_state_dict(s), E, [&](const E& e) {
+      bool ok = std::string(e.what()).find(needle) != std::string::npos &&
+                std::string(e.what()).find("Adam::load_state_dict") != std::string::npos;
+      if (!ok) BOOST_TEST_MESSAGE("message: " << e.what());
+      return ok;
+    });
+    BOOST_TEST(same_state(opt.state_dict(), before));
+  };
+  expect(with("exp_avg.w", zeros({4}, DType::Float32)), ShapeError{""}, "exp_avg.w");
+  expect(with("exp_avg_sq.b", zeros({3}, DType::Float64)), DTypeError{""}, "exp_avg_sq.b");
+  expect(with("step", scalar(1.0, DType::Float32)), DTypeError{""}, "'step'");
+  expect(with("step.w", index_tensor({-1}, {})), ValueError{""}, "step.w");
+  expect(without("step"), ValueError{""}, "missing entry 'step'");
+  expect(without("exp_avg_sq.w"), ValueError{""}, "exp_avg_sq.w");
+  expect(plus("momentum_buffer.w", zeros({2, 2})), ValueError{""}, "momentum_buffer.w");
+  expect(plus("exp_avg.nope", zeros({2, 2})), ValueError{""}, "exp_avg.nope");
+  expect(plus("exp_avg.w", zeros({2, 2})), ValueError{""}, "more than once");
+  // Loading the good state works, and an empty-but-for-step state clears every buffer.
+  opt.load_state_dict(good);
+  BOOST_TEST(same_state(opt.state_dict(), good));
+  opt.load_state_dict({{"step", index_tensor({0}, {})}});
+  BOOST_TEST(opt.state_dict().size() == 1u);
+  BOOST_TEST(opt.steps() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(rejected_step_changes_nothing) {
+  for (DType dt : kDTypes)
+    BOOST_TEST_CONTEXT(dtype_name(dt)) {
+      Tiny m(dt);
+      Adam opt(m.named_parameters(), 0.01);
+      set_grads(m, 0);
+      opt.step();
+      const Tensor w0 = m.w.clone(), b0 = m.b.clone();
+      const NamedTensors s0 = opt.state_dict();
+      auto unchanged = [&] {
+        BOOST_TEST(same_bits(m.w, w0));
+        BOOST_TEST(same_bits(m.b, b0));
+        BOOST_TEST(same_state(opt.state_dict(), s0));
+        BOOST_TEST(opt.steps() == 1);
+      };
+      // w's gradient is fine, b's (later in the list) has a NaN / an inf.
+      for (double bad : {std::nan(""), std::numeric_limits<double>::infinity()}) {
+        set_grads(m, 1);
+        m.b.set_grad(tensor({0.1, bad, 0.2}, {3}, dt));
+        BOOST_CHECK_EXCEPTION(opt.step(), ValueError, [](const ValueError& e) {
+          std::string s = e.what();
+          return s.find("Adam::step") != std::string::npos && s.find("'b'") != std::string::npos &&
+                 s.find("flat index 1") != std::string::npos;
+        });
+        unchanged();
+      }
+      // Wrong shape / dtype (set directly: set_grad itself refuses them).
+      set_grads(m, 1);
+      m.b.impl()->grad = tensor({1, 2}, {2}, dt);
+      BOOST_CHECK_EXCEPTION(opt.step(), ShapeError, [](const ShapeError& e) {
+        std::string s = e.what();
+        return s.find("'b'") != std::string::npos && s.find("(2)") != std::string::npos &&
+               s.find("(3)") != std::string::npos;
+      });
+      unchanged();
+      m.b.impl()->grad = tensor({1, 2, 3}, {3}, dt == DType::Float32 ? DType::Float64 : DType::Float32);
+      BOOST_CHECK_THROW(opt.step(), DTypeError);
+      unchanged();
+      // A negative lr set between steps.
+      set_grads(m, 1);
+      opt.lr = -0.1;
+      BOOST_CHECK_THROW(opt.step(), ValueError);
+      unchanged();
+      opt.lr = 0.01;
+      opt.step();
+      BOOST_TEST(opt.steps() == 2);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(bad_hyperparameters_throw_value_error) {
+  Tiny m(DType::Float32);
+  auto p = m.named_parameters();
+  BOOST_CHECK_THROW(SGD(p, -0.1), ValueError);
+  BOOST_CHECK_THROW(SGD(p, std::nan("")), ValueError);
+  BOOST_CHECK_THROW(SGD(p, 0.1, -0.5), ValueError);
+  BOOST_CHECK_THROW(SGD(p, 0.1, 0.9, 0, -1e-4), ValueError);
+  BOOST_CHECK_THROW(SGD(p, 0.1, 0, 0, 0, true), ValueError);     // nesterov without momentum
+  BOOST_CHECK_THROW(SGD(p, 0.1, 0.9, 0.1, 0, true), ValueError); // nesterov with dampening
+  BOOST_CHECK_THROW(Adam(p, -1e-3), ValueError);
+  BOOST_CHECK_THROW(Adam(p, 1e-3, 1.0), ValueError);
+  BOOST_CHECK_THROW(Adam(p, 1e-3, -0.1), ValueError);
+  BOOST_CHECK_THROW(Adam(p, 1e-3, 0.9, 1.0), ValueError);
+  BOOST_CHECK_THROW(Adam(p, 1e-3, 0.9, 0.999, -1e-8), ValueError);
+  BOOST_CHECK_THROW(Adam(p, 1e-3, 0.9, 0.999, 1e-8, -0.1), ValueError);
+  BOOST_CHECK_EXCEPTION(AdamW(p, 1e-3, 0.9, 1.5), ValueError, [](const ValueError& e) {
+    return std::string(e.what()).find("AdamW: beta2") != std::string::npos;
+  });
+  BOOST_CHECK_NO_THROW(Adam(p, 0.0, 0.0, 0.0, 0.0));
+  // Parameter lists: duplicates and non-float tensors.
+  NamedTensors dup = {{"a", m.w}, {"a", m.b}};
+  BOOST_CHECK_THROW(SGD(dup, 0.1), ValueError);
+  NamedTensors same = {{"a", m.w}, {"b", m.w}};
+  BOOST_CHECK_THROW(SGD(same, 0.1), ValueError);
+  NamedTensors ints = {{"i", index_tensor({1}, {1})}};
+  BOOST_CHECK_THROW(SGD(ints, 0.1), DTypeError);
+}
+
+BOOST_AUTO_TEST_CASE(clip_grad_norm_value_and_scaling) {
+  for (DType dt : kDTypes)
+    BOOST_TEST_CONTEXT(dtype_name(dt)) {
+      Tensor a = tensor({0, 0}, {2}, dt).set_requires_grad(), b = tensor({0}, {1}, dt).set_requires_grad();
+      Tensor c = tensor({1}, {1}, dt).set_requires_grad();  // no grad: skipped
+      Tensor ga = tensor({3, 4}, {2}, dt), gb = tensor({12}, {1}, dt);
+      a.set_grad(ga);
+      b.set_grad(gb);
+      // Large max_norm: total 13 returned, grads untouched (same tensors).
+      BOOST_TEST(clip_grad_norm({a, b, c}, 100.0) == 13.0, boost::test_tools::tolerance(1e-12));
+      BOOST_TEST(a.grad().impl() == ga.impl());
+      // max_norm 6.5: grads scaled by 6.5 / (13 + 1e-6) into new tensors; the old ones keep
+      // their values (they may be shared).
+      double total = clip_grad_norm({a, b, c}, 6.5);
+      BOOST_TEST(total == 13.0, boost::test_tools::tolerance(1e-12));
+      const double k = 6.5 / (13.0 + 1e-6);
+      BOOST_TEST(allclose(a.grad(), {3 * k, 4 * k}, tol(dt)));
+      BOOST_TEST(allclose(b.grad(), {12 * k}, tol(dt)));
+      BOOST_TEST(a.grad().dtype() == dt);
+      BOOST_TEST(a.grad().impl() != ga.impl());
+      BOOST_TEST(allclose(ga, {3, 4}, 0, 0));
+      BOOST_TEST(!c.grad().defined());
+      // The norm is now 6.5 * 13 / (13 + 1e-6); with max_norm 7 the coefficient is > 1 and
+      // nothing changes.
+      Tensor kept = a.grad();
+      BOOST_TEST(clip_grad_norm({a, b, c}, 7.0) == 13 * k, boost::test_tools::tolerance(1e-6));
+      BOOST_TEST(a.grad().impl() == kept.impl());
+      BOOST_CHECK_THROW(clip_grad_norm({a}, -1.0), ValueError);
+      BOOST_TEST(clip_grad_norm({c}, 1.0) == 0.0);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(warmup_cosine_schedule) {
+  const double base = 1e-3, lo = 1e-5;
+  const double pi = std::acos(-1.0);
+  auto lr = [&](std::int64_t s) { return warmup_cosine_lr(s, base, 10, 110, lo); };
+  auto close = boost::test_tools::tolerance(1e-12);
+  BOOST_TEST(lr(0) == 1e-4, close);
+  BOOST_TEST(lr(4) == 5e-4, close);
+  BOOST_TEST(lr(9) == 1e-3, close);
+  BOOST_TEST(lr(10) == 1e-3, close);
+  BOOST_TEST(lr(35) == lo + (base - lo) * 0.5 * (1 + std::cos(pi * 0.25)), close);
+  BOOST_TEST(lr(60) == (base + lo) / 2, close);
+  BOOST_TEST(lr(109) == lo + (base - lo) * 0.5 * (1 + std::cos(pi * 0.99)), close);
+  BOOST_TEST(lr(110) == lo, close);
+  BOOST_TEST(lr(1000) == lo, close);
+  for (std::int64_t s = 11; s < 110; ++s) BOOST_TEST(lr(s) < lr(s - 1));
+  BOOST_TEST(warmup_cosine_lr(0, 0.1, 0, 100) == 0.1, close);
+  BOOST_TEST(warmup_cosine_lr(50, 0.1, 0, 100) == 0.05, close);
+  BOOST_TEST(warmup_cosine_lr(100, 0.1, 0, 100) == 0.0);
+  BOOST_TEST(warmup_cosine_lr(3, 0.1, 5, 5) == 0.08, close);
+  BOOST_TEST(warmup_cosine_lr(5, 0.1, 5, 5) == 0.0);
+  BOOST_CHECK_THROW(warmup_cosine_lr(-1, base, 10, 110), ValueError);
+  BOOST_CHECK_THROW(warmup_cosine_lr(0, base, 20, 10), ValueError);
+  BOOST_CHECK_THROW(warmup_cosine_lr(0, base, -1, 10), ValueError);
+  BOOST_CHECK_THROW(warmup_cosine_lr(0, base, 1, 10, 2 * base), ValueError);
+  BOOST_CHECK_THROW(warmup_cosine_lr(0, -base, 1, 10, 0), ValueError);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
