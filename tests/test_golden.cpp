@@ -57,7 +57,7 @@ constexpr double kRtol = 1e-5;
 constexpr double kAtol = 1e-6;
 constexpr double kNorm = 4e-6;
 
-const char* const kFixtures[] = {
+const char* const kFixtures[] = {"mha_state_dict", 
     "mha_self",        "mha_self_causal",          "mha_cross",
     "mha_cross_kvdim", "mha_key_padding",          "mha_key_padding_causal",
     "mha_float_mask",  "mha_mask_3d",              "layer_norm",
@@ -352,6 +352,26 @@ BOOST_AUTO_TEST_CASE(adamw) {
 }
 
 // Every fixture file in the directory is exercised by a test above.
+// tools/make_fixtures.py saves mha_self's module state_dict() alone, as a torch user would;
+// load_checkpoint puts it into MultiHeadAttention unchanged and the output matches.
+BOOST_AUTO_TEST_CASE(mha_state_dict) {
+  Rng rng(0);
+  MultiHeadAttention mha(8, 2, true, 0.0, rng);
+  load_checkpoint(std::string(XGRAD_FIXTURE_DIR) + "/mha_state_dict.safetensors", mha);
+  Golden g("mha_self");
+  auto params = g.params();
+  auto mine = mha.named_parameters();
+  BOOST_TEST_REQUIRE(params.size() == mine.size());
+  std::map<std::string, Tensor> torch_params(params.begin(), params.end());
+  for (const auto& [name, t] : mine) {
+    BOOST_TEST_REQUIRE(torch_params.count(name), name);
+    BOOST_TEST(t.to_vector() == torch_params[name].to_vector(), name);  // bit-exact
+  }
+  Deviation dev;
+  NoGradGuard no_grad;
+  compare("output", mha.forward(g.at("x")).output, g.at("output"), dev);
+}
+
 BOOST_AUTO_TEST_CASE(every_fixture_is_tested) {
   std::set<std::string> tested(std::begin(kFixtures), std::end(kFixtures)), found;
   for (const auto& e : std::filesystem::directory_iterator(XGRAD_FIXTURE_DIR))

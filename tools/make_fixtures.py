@@ -304,6 +304,11 @@ def main():
         block_fixture("transformer_block_padding", 13, key_padding=[0, 2]),
         adamw_fixture("adamw", 14),
     ]
+    # A plain nn.MultiheadAttention state_dict, as torch users save it: it must load into
+    # xgrad's MultiHeadAttention with load_checkpoint, unchanged (same module as mha_self).
+    name, tensors, _ = fixtures[0]
+    state = [(n[len("param."):], t) for n, t in tensors if n.startswith("param.")]
+    fixtures.append(("mha_state_dict", state, {"kind": "state_dict", "of": name}))
     os.makedirs(OUT_DIR, exist_ok=True)
     total = 0
     for name, tensors, meta in fixtures:
