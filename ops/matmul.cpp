@@ -125,11 +125,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     }
     if (nd.needs_grad(1)) {
       if (b.dim() == 2 && a.dim() > 2 && !ta) {
-        // Shared 2-D b: one GEMM over the flattened batch.
-        const std::size_t k = a.shape().back(), m = g.shape().back();
-        const std::size_t rows = numel(Shape(a.shape().begin(), a.shape().end() - 1));
-        Tensor a2 = reshape(a, {rows, k}), g2 = reshape(g, {rows, m});
-        db = tb ? matmul(g2, a2, true, false) : matmul(a2, g2, true, false);
+        db = tb ? sum_outer(g, a) : sum_outer(a, g);  // shared 2-D b: one GEMM over the batch
       } else {
         if (!tb) db = ta ? matmul(a, g) : matmul(a, g, true, false);
         else db = ta ? matmul(g, a, true, true) : matmul(g, a, true, false);
@@ -137,6 +133,28 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
       }
     }
     return {da, db};
+  });
+}
+
+// y (k, m) = A^T B, A = a as (N, k), B = b as (N, m), N = product of the leading dims
+// da = b U^T = linear(b, U);  db = a U = matmul(a, U)       (U: upstream (k, m))
+Tensor sum_outer(const Tensor& a, const Tensor& b) {
+  check_same_float("sum_outer", "a", a, "b", b);
+  if (a.dim() == 0 || b.dim() == 0 || !std::equal(a.shape().begin(), a.shape().end() - 1, b.shape().begin(), b.shape().end() - 1))
+    throw ShapeError("sum_outer: arguments 'a' " + shape_str(a.shape()) + " and 'b' " + shape_str(b.shape()) +
+                     " must have rank >= 1 and the same leading dimensions");
+  const std::size_t k = a.shape().back(), m = b.shape().back();
+  const std::size_t N = numel(Shape(a.shape().begin(), a.shape().end() - 1));
+  Tensor y = dispatch_float("sum_outer", a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    auto out = empty_array<T>({k, m});
+    if (N == 0) std::fill(out.begin(), out.end(), T(0));
+    gemm<T>(true, false, k, m, N, value<T>(a).data(), value<T>(b).data(), T(0), out.data());
+    return make_tensor(std::move(out));
+  });
+  return record("sum_outer", y, {a, b}, [](const Node& n, const Tensor& u) -> std::vector<Tensor> {
+    return {n.needs_grad(0) ? linear(n.input(1), u) : Tensor(),
+            n.needs_grad(1) ? matmul(n.input(0), u) : Tensor()};
   });
 }
 
@@ -175,11 +193,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   });
   std::vector<Tensor> inputs{x, w};
   if (bias.defined()) inputs.push_back(bias);
-  return record("linear", y, inputs, [N, in, out](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+  return record("linear", y, inputs, [out](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     std::vector<Tensor> grads(n.inputs().size());
     if (n.needs_grad(0)) grads[0] = matmul(g, n.input(1));
-    if (n.needs_grad(1))
-      grads[1] = matmul(reshape(g, {N, out}), reshape(n.input(0), {N, in}), true, false);
+    if (n.needs_grad(1)) grads[1] = sum_outer(g, n.input(0));
     if (n.inputs().size() > 2 && n.needs_grad(2)) grads[2] = sum_to(g, {out});
     return grads;
   });
@@ -227,6 +244,13 @@ XGRAD_REGISTER_OP({"matmul(a^T, b)", [](const auto& x) { return matmul(x[0], x[1
                    [](Rng& r) { return transposed_samples(r, true, false); }});
 XGRAD_REGISTER_OP({"matmul(a^T, b^T)", [](const auto& x) { return matmul(x[0], x[1], true, true); },
                    [](Rng& r) { return transposed_samples(r, true, true); }});
+XGRAD_REGISTER_OP({"sum_outer", [](const auto& x) { return sum_outer(x[0], x[1]); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"(2,3,4) x (2,3,2)", {sample_randn({2, 3, 4}, r), sample_randn({2, 3, 2}, r)}},
+                             {"(3,4) x (3,2)", {sample_randn({3, 4}, r), sample_randn({3, 2}, r)}},
+                             {"(4) x (2): outer product", {sample_randn({4}, r), sample_randn({2}, r)}},
+                             {"(0,4) x (0,2) empty", {sample_randn({0, 4}, r), sample_randn({0, 2}, r)}, true}};
+                   }});
 XGRAD_REGISTER_OP({"linear", [](const auto& x) { return linear(x[0], x[1], x[2]); },
                    [](Rng& r) { return linear_samples(r, true); }});
 XGRAD_REGISTER_OP({"linear(no bias)", [](const auto& x) { return linear(x[0], x[1]); },

@@ -12,6 +12,11 @@ namespace xgrad {
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false,
               bool transpose_b = false);
 
+// y[i, j] = sum_n a[n, i] b[n, j] over all leading positions n:
+//   a: (..., k), b: (..., m) with the same leading dims -> (k, m). One GEMM with a
+//   transposed, no copies: the weight gradient of linear (dW = sum_outer(g, x)).
+Tensor sum_outer(const Tensor& a, const Tensor& b);
+
 // y = x W^T + bias, as torch.nn.functional.linear:
 //   x: (..., in), weight: (out, in), bias: (out) or undefined -> y: (..., out).
 // One GEMM over the flattened leading dims.
