@@ -18,7 +18,7 @@
 namespace examples {
 
 struct CommonOptions {
-  long steps = 0;             // 0 = the example's default
+  long steps = 1;             // each example sets its default
   std::uint64_t seed = 0;
   int threads = 1;
   std::string out = "out";
@@ -29,7 +29,7 @@ struct CommonOptions {
 };
 
 inline void add_common_options(CLI::App& app, CommonOptions& o) {
-  app.add_option("--steps", o.steps, "maximum training steps (0 = default)");
+  app.add_option("--steps", o.steps, "maximum training steps")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--seed", o.seed, "random seed (model init and data)");
   app.add_option("--threads", o.threads, "OpenBLAS threads")->check(CLI::Range(1, 256));
   app.add_option("--out", o.out, "output directory (metrics.json, PNGs, checkpoint)");
@@ -159,7 +159,15 @@ inline TrainResult train(const CommonOptions& opt, long total, double peak_lr, x
   TrainResult r;
   if (opt.resume) {
     load_checkpoint(ckpt, model, &optimizer);
-    r.history = nlohmann::json::parse(load_safetensors(ckpt).metadata.at("history"));
+    const auto meta = load_safetensors(ckpt).metadata;
+    auto it = meta.find("history");
+    if (it == meta.end())
+      throw IOError("resume: " + ckpt + " has no 'history' metadata (not written by this example)");
+    try {
+      r.history = nlohmann::json::parse(it->second);
+    } catch (const nlohmann::json::exception& e) {
+      throw IOError("resume: the 'history' metadata of " + ckpt + " is not valid JSON");
+    }
     std::cerr << "resumed from " << ckpt << " at step " << optimizer.steps() << "\n";
   }
   for (auto& h : r.history) {

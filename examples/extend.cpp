@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   examples::add_common_options(app, opt);
   CLI11_PARSE(app, argc, argv);
   try {
+    if (opt.resume) throw ValueError("--resume: extend trains for a few seconds and keeps no checkpoint");
     set_num_threads(opt.threads);
     std::filesystem::create_directories(opt.out);
 

@@ -1,4 +1,5 @@
 // Graph nodes, grad modes and the backward engine (Kahn's algorithm over tensors).
+#include <cmath>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -16,6 +17,48 @@ NoGradGuard::NoGradGuard() : prev_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = prev_; }
 EnableGradGuard::EnableGradGuard() : prev_(g_grad_enabled) { g_grad_enabled = true; }
 EnableGradGuard::~EnableGradGuard() { g_grad_enabled = prev_; }
+
+static thread_local bool g_anomaly = false;
+bool is_anomaly_enabled() { return g_anomaly; }
+void set_anomaly_enabled(bool on) { g_anomaly = on; }
+AnomalyModeGuard::AnomalyModeGuard(bool on) : prev_(g_anomaly) { g_anomaly = on; }
+AnomalyModeGuard::~AnomalyModeGuard() { g_anomaly = prev_; }
+
+namespace {
+
+// Flat index of the first NaN/inf of a float tensor, or npos.
+std::size_t first_nonfinite(const Tensor& t) {
+  if (!t.defined() || !is_float(t.dtype())) return std::string::npos;
+  return dispatch_float("anomaly", t.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* p = value<T>(t).data();
+    for (std::size_t i = 0; i < t.numel(); ++i)
+      if (!std::isfinite(p[i])) return i;
+    return std::string::npos;
+  });
+}
+
+std::string describe(const std::vector<Tensor>& ts) {
+  std::string s;
+  for (std::size_t i = 0; i < ts.size(); ++i)
+    s += (i ? ", " : "") + std::string("input ") + std::to_string(i) + " " +
+         (ts[i].defined() ? shape_str(ts[i].shape()) + " " + dtype_name(ts[i].dtype()) : "undefined");
+  return s;
+}
+
+thread_local const std::string* g_in_backward_of = nullptr;  // the node being differentiated
+
+[[noreturn]] void anomaly(const std::string& op, const char* pass, const std::string& what,
+                          const Tensor& bad, std::size_t at, const std::vector<Tensor>& inputs) {
+  const double v = bad.to_vector()[at];
+  throw AnomalyError("anomaly: op '" + op + "' produced " + (std::isnan(v) ? "NaN" : "inf") + " in " +
+                     pass + " (" + what + " " + shape_str(bad.shape()) + ", flat index " +
+                     std::to_string(at) + ") from finite inputs" +
+                     (g_in_backward_of ? " while computing the backward of '" + *g_in_backward_of + "'" : "") +
+                     "; " + describe(inputs));
+}
+
+}  // namespace
 
 // --- nodes -------------------------------------------------------------------------------
 Node::Node(std::string name, std::vector<Tensor> inputs, BackwardFn backward,
@@ -60,7 +103,22 @@ std::vector<Tensor> Node::apply(const Tensor& grad) const {
     throw GraphError("backward: trying to backward through the graph a second time (at op '" +
                      name_ + "'): its saved values were freed by the first backward; pass "
                      "retain_graph=true to the first backward");
-  std::vector<Tensor> grads = backward_(*this, grad);
+  const std::string* outer = g_in_backward_of;
+  g_in_backward_of = &name_;
+  std::vector<Tensor> grads;
+  try {
+    grads = backward_(*this, grad);
+  } catch (...) {
+    g_in_backward_of = outer;
+    throw;
+  }
+  g_in_backward_of = outer;
+  if (g_anomaly && first_nonfinite(grad) == std::string::npos)
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      const std::size_t at = first_nonfinite(grads[i]);
+      if (at != std::string::npos)
+        anomaly(name_, "backward", "gradient of input " + std::to_string(i), grads[i], at, inputs_);
+    }
   if (grads.size() != inputs_.size())
     throw GraphError("backward of '" + name_ + "' returned " + std::to_string(grads.size()) +
                      " gradients for " + std::to_string(inputs_.size()) + " inputs");
@@ -82,7 +140,14 @@ void Node::release() {
   output_.reset();
 }
 
-Tensor record(const char* op_name, Tensor out, std::vector<Tensor> inputs, BackwardFn backward) {
+Tensor record(const char* op_name, Tensor out, std::vector<Tensor> inputs, BackwardFn backward,
+              bool allow_nonfinite) {
+  if (g_anomaly && !allow_nonfinite) {
+    const std::size_t at = first_nonfinite(out);
+    bool inputs_finite = true;
+    for (const auto& t : inputs) inputs_finite = inputs_finite && first_nonfinite(t) == std::string::npos;
+    if (at != std::string::npos && inputs_finite) anomaly(op_name, "forward", "output", out, at, inputs);
+  }
   if (!is_grad_enabled()) return out;
   bool any = false;
   for (const auto& t : inputs) any = any || t.requires_grad();

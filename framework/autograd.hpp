@@ -57,9 +57,27 @@ class Node : public std::enable_shared_from_this<Node> {
 };
 
 // Attaches a node to `out` (a freshly computed op result) when grad mode is enabled and
-// any input requires grad. Returns `out`.
+// any input requires grad. Returns `out`. In anomaly mode it first checks `out`: see below
+// (allow_nonfinite exempts ops whose non-finite output is requested, e.g. a -inf fill).
 Tensor record(const char* op_name, Tensor out, std::vector<Tensor> inputs,
-              BackwardFn backward);
+              BackwardFn backward, bool allow_nonfinite = false);
+
+// --- anomaly mode (thread-local, off by default) --------------------------------------
+// When on, the first op whose forward output, or whose backward gradient, contains NaN or
+// inf while all its float inputs (in backward: the upstream gradient) are finite throws
+// AnomalyError naming the op, forward or backward, the first bad element and the shapes
+// and dtypes of its inputs. Costs one pass over each op's output.
+bool is_anomaly_enabled();
+void set_anomaly_enabled(bool on);
+class AnomalyModeGuard {
+ public:
+  explicit AnomalyModeGuard(bool on = true);
+  ~AnomalyModeGuard();
+  AnomalyModeGuard(const AnomalyModeGuard&) = delete;
+  AnomalyModeGuard& operator=(const AnomalyModeGuard&) = delete;
+ private:
+  bool prev_;
+};
 
 // --- grad modes (thread-local) ---------------------------------------------------------
 bool is_grad_enabled();

@@ -20,6 +20,7 @@ struct IndexError : Error { using Error::Error; };   // axis or index out of ran
 struct ValueError : Error { using Error::Error; };   // an argument's value is invalid
 struct GraphError : Error { using Error::Error; };   // misuse of the autodiff graph
 struct IOError : Error { using Error::Error; };      // unreadable or malformed file
+struct AnomalyError : Error { using Error::Error; }; // anomaly mode: an op made NaN/inf
 
 // "(2, 3, 4)"; "()" for a scalar.
 std::string shape_str(const std::vector<std::size_t>& shape);

@@ -63,7 +63,10 @@ const Tensor& Tensor::set_requires_grad(bool on) const {
 Tensor Tensor::grad() const { return checked(impl_).grad; }
 void Tensor::set_grad(const Tensor& g) const {
   auto& impl = checked(impl_);
-  if (g.defined() && (g.shape() != impl.shape || g.dtype() != impl.dtype))
+  if (g.defined() && g.dtype() != impl.dtype)
+    throw DTypeError("set_grad: gradient " + shape_str(g.shape()) + " " + dtype_name(g.dtype()) +
+                     " does not match tensor " + shape_str(impl.shape) + " " + dtype_name(impl.dtype));
+  if (g.defined() && g.shape() != impl.shape)
     throw ShapeError("set_grad: gradient " + shape_str(g.shape()) + " " + dtype_name(g.dtype()) +
                      " does not match tensor " + shape_str(impl.shape) + " " +
                      dtype_name(impl.dtype));

@@ -76,6 +76,12 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& query, const Tensor& k
   if (query.dim() != 3 || key.dim() != 3 || value.dim() != 3)
     throw ShapeError(std::string(op) + ": inputs must be batch-first (B, L, E); got " +
                      shapes_of(query, key, value));
+  const DType dt = out_proj.weight.dtype();
+  for (auto [arg, t] : {std::pair<const char*, const Tensor*>{"query", &query}, {"key", &key}, {"value", &value}})
+    if (t->dtype() != dt)
+      throw DTypeError(std::string(op) + ": argument '" + arg + "' " + shape_str(t->shape()) + " is " +
+                       dtype_name(t->dtype()) + " but the parameters are " + dtype_name(dt) +
+                       " (convert the input, or the module with to())");
   const std::size_t B = query.shape()[0], T = query.shape()[1], S = key.shape()[1];
   const std::size_t E = embed_dim, H = num_heads;
   if (query.shape()[2] != E || key.shape()[2] != kdim || value.shape()[2] != vdim ||

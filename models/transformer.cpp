@@ -39,6 +39,11 @@ TransformerBody::TransformerBody(const TransformerConfig& c)
 }
 
 Tensor TransformerBody::forward(const Tensor& tokens, const AttentionOptions& options) {
+  if (!tokens.defined() || tokens.dtype() != DType::Int64)
+    throw DTypeError("Transformer: argument 'tokens' must be (B, T) int64" +
+                     (tokens.defined() ? ", got " + std::string(dtype_name(tokens.dtype())) + " of shape " +
+                                             shape_str(tokens.shape())
+                                       : std::string()));
   if (tokens.dim() != 2)
     throw ShapeError("Transformer: argument 'tokens' must be (B, T) int64, got " +
                      shape_str(tokens.shape()));

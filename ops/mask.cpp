@@ -1,4 +1,6 @@
 // Masks and selection. Masks are Bool tensors; true = masked.
+#include <cmath>
+
 #include <xtensor/xbroadcast.hpp>
 
 #include "xgrad/ops/detail.hpp"
@@ -36,9 +38,10 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double fill) {
     xt::xarray<T> v = xt::where(value<bool>(m), T(fill), value<T>(x));
     return make_tensor(std::move(v));
   });
-  return record("masked_fill", y, {x}, [m](const Node&, const Tensor& g) -> std::vector<Tensor> {
-    return {masked_fill(g, m, 0.0)};
-  });
+  return record(
+      "masked_fill", y, {x},
+      [m](const Node&, const Tensor& g) -> std::vector<Tensor> { return {masked_fill(g, m, 0.0)}; },
+      /*allow_nonfinite=*/!std::isfinite(fill));
 }
 
 // y = cond ? a : b (broadcast);  da = sum_to(where(cond, g, 0), A);  db = sum_to(where(cond, 0, g), B)

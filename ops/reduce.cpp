@@ -114,7 +114,7 @@ Tensor max(const Tensor& x, long axis, bool keepdim) {
       }
     return make_tensor(std::move(out));
   });
-  Tensor yk = y;
+  const Tensor yk = y.detach();  // the value only: capturing the output itself would be a cycle
   if (!keepdim) y = reshape(y.detach(), drop_reduced(x.shape(), {axis}));
   return record("max", y, {x}, [K, s, yk](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     const Tensor& x = n.input(0);
