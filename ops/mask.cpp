@@ -19,12 +19,16 @@ void check_bool(const char* op, const char* arg, const Tensor& t) {
 
 }  // namespace
 
-Tensor expand_mask(const char* op, const Tensor& mask, const Shape& shape) {
+void check_mask_fits(const char* op, const Tensor& mask, const Shape& shape) {
   check_bool(op, "mask", mask);
-  if (mask.shape() == shape) return mask;
-  if (detail::broadcast_shapes(op, "mask", mask.shape(), "x", shape) != shape)
+  if (mask.shape() != shape && detail::broadcast_shapes(op, "mask", mask.shape(), "x", shape) != shape)
     throw ShapeError(std::string(op) + ": argument 'mask' " + shape_str(mask.shape()) +
                      " does not broadcast to x " + shape_str(shape));
+}
+
+Tensor expand_mask(const char* op, const Tensor& mask, const Shape& shape) {
+  check_mask_fits(op, mask, shape);
+  if (mask.shape() == shape) return mask;
   xt::xarray<bool> m = xt::broadcast(value<bool>(mask), shape);
   return make_tensor(std::move(m));
 }

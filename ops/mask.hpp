@@ -29,5 +29,7 @@ Tensor logical_not(const Tensor& a);
 
 // The mask broadcast to `shape` (a Bool tensor); ShapeError naming op if it does not fit.
 Tensor expand_mask(const char* op, const Tensor& mask, const Shape& shape);
+// Throws unless mask is a Bool tensor that broadcasts to `shape` (without expanding it).
+void check_mask_fits(const char* op, const Tensor& mask, const Shape& shape);
 
 }  // namespace xgrad

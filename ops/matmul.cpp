@@ -1,22 +1,12 @@
 // matmul and linear on cblas_{s,d}gemm.
 #include <cblas.h>
 
-#include "xgrad/framework/runtime.hpp"
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/matmul.hpp"
 #include "xgrad/ops/reduce.hpp"
 #include "xgrad/ops/shape.hpp"
 
-extern "C" void openblas_set_num_threads(int);
-extern "C" int openblas_get_num_threads(void);
-
 namespace xgrad {
-
-void set_num_threads(int n) {
-  if (n < 1) throw ValueError("set_num_threads: n must be >= 1, got " + std::to_string(n));
-  openblas_set_num_threads(n);
-}
-int num_threads() { return openblas_get_num_threads(); }
 
 namespace {
 

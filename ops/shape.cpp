@@ -1,7 +1,6 @@
 // Shape ops: every gradient routes back through the inverse shape op.
 #include <numeric>
 
-#include <xtensor/xmanipulation.hpp>
 
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/shape.hpp"
@@ -62,10 +61,22 @@ Tensor permute(const Tensor& x, const std::vector<std::size_t>& perm) {
     throw ValueError("permute: " + shape_str(perm) + " is not a permutation of the axes of "
                      "argument 'x' " + shape_str(x.shape()));
   if (perm == iota) return x;
+  Shape ys(perm.size());
+  std::vector<std::size_t> src(perm.size());  // x's stride for each output axis
+  const auto xs = detail::contiguous_strides(x.shape());
+  for (std::size_t k = 0; k < perm.size(); ++k) ys[k] = x.shape()[perm[k]], src[k] = xs[perm[k]];
   Tensor y = dispatch_float("permute", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    xt::xarray<T> v = xt::transpose(value<T>(x), perm);
-    return make_tensor(std::move(v));
+    const T* px = value<T>(x).data();
+    auto out = empty_array<T>(ys);
+    T* po = out.data();
+    detail::for_each_row(ys, src, src, [&](std::size_t ox, std::size_t, std::size_t oo, std::size_t n,
+                                           std::size_t step, std::size_t) {
+      if (step == 1) std::copy_n(px + ox, n, po + oo);
+      else
+        for (std::size_t i = 0; i < n; ++i) po[oo + i] = px[ox + i * step];
+    });
+    return make_tensor(std::move(out));
   });
   std::vector<std::size_t> inverse(perm.size());
   for (std::size_t k = 0; k < perm.size(); ++k) inverse[perm[k]] = k;

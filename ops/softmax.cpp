@@ -18,46 +18,64 @@
 namespace xgrad {
 namespace {
 
+// The mask is read through broadcast strides `ms` (one per axis of x, 0 where broadcast),
+// so a (T, S) or (B, 1, 1, S) mask is never expanded to x's shape.
 template <class T>
-void softmax_rows(const T* x, const bool* masked, T* y, detail::AxisSplit s, bool log_out) {
+void softmax_rows(const T* x, const bool* mask, const std::vector<std::size_t>& ms, const Shape& shape,
+                  std::size_t axis, T* y, bool log_out) {
+  const detail::AxisSplit s = detail::split_at(shape, axis);
   const T ninf = -std::numeric_limits<T>::infinity();
+  const std::size_t mstep = mask ? ms[axis] : 0;
+  std::vector<T> e(s.n);
   for (std::size_t o = 0; o < s.outer; ++o)
     for (std::size_t r = 0; r < s.inner; ++r) {
-      const std::size_t base = o * s.n * s.inner + r;
-      auto allowed = [&](std::size_t k) { return !(masked && masked[k]) && x[k] != ninf; };
+      const T* xr = x + o * s.n * s.inner + r;  // element i of the row: xr[i * inner]
+      T* yr = y + o * s.n * s.inner + r;
+      const bool* mr = nullptr;                 // mask of element i: mr[i * mstep]
+      if (mask) {
+        std::size_t off = 0, oo = o, rr = r;
+        for (std::size_t d = shape.size(); d-- > axis + 1;) off += (rr % shape[d]) * ms[d], rr /= shape[d];
+        for (std::size_t d = axis; d-- > 0;) off += (oo % shape[d]) * ms[d], oo /= shape[d];
+        mr = mask + off;
+      }
       T m = ninf;
       for (std::size_t i = 0; i < s.n; ++i) {
-        const std::size_t k = base + i * s.inner;
-        if (allowed(k)) m = std::max(m, x[k]);
+        const T v = xr[i * s.inner];
+        e[i] = (mr && mr[i * mstep]) ? ninf : v;  // excluded entries become -inf
+        m = std::max(m, e[i]);
       }
       if (m == ninf) {  // fully masked row
-        for (std::size_t i = 0; i < s.n; ++i) y[base + i * s.inner] = log_out ? ninf : T(0);
+        for (std::size_t i = 0; i < s.n; ++i) yr[i * s.inner] = log_out ? ninf : T(0);
         continue;
       }
       T total = 0;
       for (std::size_t i = 0; i < s.n; ++i) {
-        const std::size_t k = base + i * s.inner;
-        total += allowed(k) ? std::exp(x[k] - m) : T(0);
+        const T ex = e[i] == ninf ? T(0) : std::exp(e[i] - m);
+        total += ex;
+        if (!log_out) e[i] = ex;
       }
-      const T log_total = std::log(total);
-      for (std::size_t i = 0; i < s.n; ++i) {
-        const std::size_t k = base + i * s.inner;
-        if (log_out) y[k] = allowed(k) ? x[k] - m - log_total : ninf;
-        else y[k] = allowed(k) ? std::exp(x[k] - m) / total : T(0);
+      if (log_out) {
+        const T shift = m + std::log(total);
+        for (std::size_t i = 0; i < s.n; ++i) yr[i * s.inner] = e[i] == ninf ? ninf : e[i] - shift;
+      } else {
+        const T inv = T(1) / total;
+        for (std::size_t i = 0; i < s.n; ++i) yr[i * s.inner] = e[i] * inv;
       }
     }
 }
 
 Tensor softmax_forward(const char* op, const Tensor& x, const Tensor* mask, std::size_t axis,
                        bool log_out) {
-  Tensor full_mask;
-  if (mask) full_mask = expand_mask(op, *mask, x.shape());
-  const auto s = detail::split_at(x.shape(), axis);
+  std::vector<std::size_t> ms;
+  if (mask) {
+    check_mask_fits(op, *mask, x.shape());
+    ms = detail::broadcast_strides(detail::pad_left(mask->shape(), x.dim()), x.shape());
+  }
   return dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     auto y = empty_array<T>(x.shape());
-    softmax_rows<T>(value<T>(x).data(), mask ? full_mask.data<bool>() : nullptr, y.data(), s,
-                    log_out);
+    softmax_rows<T>(value<T>(x).data(), mask ? mask->data<bool>() : nullptr, ms, x.shape(), axis,
+                    y.data(), log_out);
     return make_tensor(std::move(y));
   });
 }

@@ -1,0 +1,34 @@
+// Process-wide settings: BLAS threads and allocator tuning.
+#include <malloc.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/runtime.hpp"
+
+extern "C" void openblas_set_num_threads(int);
+extern "C" int openblas_get_num_threads(void);
+
+namespace xgrad {
+
+void set_num_threads(int n) {
+  if (n < 1) throw ValueError("set_num_threads: n must be >= 1, got " + std::to_string(n));
+  openblas_set_num_threads(n);
+}
+
+int num_threads() { return openblas_get_num_threads(); }
+
+namespace {
+struct MallocTuning {
+  MallocTuning() {
+    const char* env = std::getenv("XGRAD_MALLOC_TUNING");
+    if (env && std::strcmp(env, "0") == 0) return;
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  }
+} const tuning;
+}  // namespace
+
+}  // namespace xgrad
