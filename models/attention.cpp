@@ -14,18 +14,6 @@ double xavier_bound(std::size_t fan_in, std::size_t fan_out) {
   return std::sqrt(6.0 / double(fan_in + fan_out));
 }
 
-// (B, L, E) -> (B, H, L, D)
-Tensor split_heads(const Tensor& x, std::size_t H) {
-  const Shape& s = x.shape();
-  return permute(reshape(x, {s[0], s[1], H, s[2] / H}), {0, 2, 1, 3});
-}
-
-// (B, H, T, D) -> (B, T, H * D)
-Tensor merge_heads(const Tensor& x) {
-  const Shape& s = x.shape();
-  return reshape(permute(x, {0, 2, 1, 3}), {s[0], s[2], s[1] * s[3]});
-}
-
 std::string shapes_of(const Tensor& q, const Tensor& k, const Tensor& v) {
   return "query " + shape_str(q.shape()) + ", key " + shape_str(k.shape()) + ", value " +
          shape_str(v.shape());
@@ -90,16 +78,13 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& query, const Tensor& k
                      "), key (B, S, " + std::to_string(kdim) + "), value (B, S, " +
                      std::to_string(vdim) + "); got " + shapes_of(query, key, value));
 
-  // Projections. Self-attention with packed weights: one GEMM for q, k and v together.
+  // Projections: one GEMM each, on row blocks of the packed weight (slicing the small
+  // weight is cheaper than slicing the (B, L, 3E) activations and their gradients).
   Tensor q, k, v;
   auto bias_part = [&](std::size_t i) {
     return in_proj_bias.defined() ? narrow(in_proj_bias, 0, i * E, E) : Tensor();
   };
-  const bool self = query.impl() == key.impl() && key.impl() == value.impl();
-  if (in_proj_weight.defined() && self) {
-    auto qkv = chunk(linear(query, in_proj_weight, in_proj_bias), 3, -1);
-    q = qkv[0], k = qkv[1], v = qkv[2];
-  } else if (in_proj_weight.defined()) {
+  if (in_proj_weight.defined()) {
     q = linear(query, narrow(in_proj_weight, 0, 0, E), bias_part(0));
     k = linear(key, narrow(in_proj_weight, 0, E, E), bias_part(1));
     v = linear(value, narrow(in_proj_weight, 0, 2 * E, E), bias_part(2));

@@ -50,22 +50,15 @@ Tensor squeeze(const Tensor& x, long axis) {
   return reshape(x, s);
 }
 
-// y[..., i_perm[k], ...] = x[...];  y.shape[k] = X[perm[k]];  dx = permute(g, perm^-1)
-Tensor permute(const Tensor& x, const std::vector<std::size_t>& perm) {
-  check_float("permute", "x", x);
-  std::vector<std::size_t> sorted = perm;
-  std::sort(sorted.begin(), sorted.end());
-  std::vector<std::size_t> iota(x.dim());
-  std::iota(iota.begin(), iota.end(), 0);
-  if (sorted != iota)
-    throw ValueError("permute: " + shape_str(perm) + " is not a permutation of the axes of "
-                     "argument 'x' " + shape_str(x.shape()));
-  if (perm == iota) return x;
+namespace {
+// x's data viewed with shape `view` (same number of elements), axes permuted: output axis k
+// is view axis perm[k]. One pass; rows are copied with memcpy when the last axis stays.
+Tensor permuted_copy(const char* op, const Tensor& x, const Shape& view, const std::vector<std::size_t>& perm) {
   Shape ys(perm.size());
   std::vector<std::size_t> src(perm.size());  // x's stride for each output axis
-  const auto xs = detail::contiguous_strides(x.shape());
-  for (std::size_t k = 0; k < perm.size(); ++k) ys[k] = x.shape()[perm[k]], src[k] = xs[perm[k]];
-  Tensor y = dispatch_float("permute", x.dtype(), [&](auto zero) {
+  const auto vs = detail::contiguous_strides(view);
+  for (std::size_t k = 0; k < perm.size(); ++k) ys[k] = view[perm[k]], src[k] = vs[perm[k]];
+  return dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
     auto out = empty_array<T>(ys);
@@ -78,6 +71,51 @@ Tensor permute(const Tensor& x, const std::vector<std::size_t>& perm) {
     });
     return make_tensor(std::move(out));
   });
+}
+}  // namespace
+
+// y[b, h, l, d] = x[b, l, h * D + d];  dx = merge_heads(g)
+Tensor split_heads(const Tensor& x, std::size_t H) {
+  check_float("split_heads", "x", x);
+  if (x.dim() != 3 || H == 0 || x.shape()[2] % H != 0)
+    throw ShapeError("split_heads: argument 'x' " + shape_str(x.shape()) + " must be (B, L, E) with E divisible by " +
+                     std::to_string(H) + " heads");
+  const Shape& s = x.shape();
+  Tensor y = permuted_copy("split_heads", x, {s[0], s[1], H, s[2] / H}, {0, 2, 1, 3});
+  return record("split_heads", y, {x}, [](const Node&, const Tensor& g) -> std::vector<Tensor> {
+    return {merge_heads(g)};
+  });
+}
+
+// y[b, l, h * D + d] = x[b, h, l, d];  dx = split_heads(g, H)
+Tensor merge_heads(const Tensor& x) {
+  check_float("merge_heads", "x", x);
+  if (x.dim() != 4) throw ShapeError("merge_heads: argument 'x' " + shape_str(x.shape()) + " must be (B, H, L, D)");
+  const Shape& s = x.shape();
+  Tensor y = permuted_copy("merge_heads", x, s, {0, 2, 1, 3});
+  {
+    auto& v = *y.impl()->value;
+    std::visit([&](auto& a) { a.reshape({s[0], s[2], s[1] * s[3]}); }, v);
+    y.impl()->shape = {s[0], s[2], s[1] * s[3]};
+  }
+  const std::size_t H = s[1];
+  return record("merge_heads", y, {x}, [H](const Node&, const Tensor& g) -> std::vector<Tensor> {
+    return {split_heads(g, H)};
+  });
+}
+
+// y[..., i_perm[k], ...] = x[...];  y.shape[k] = X[perm[k]];  dx = permute(g, perm^-1)
+Tensor permute(const Tensor& x, const std::vector<std::size_t>& perm) {
+  check_float("permute", "x", x);
+  std::vector<std::size_t> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::size_t> iota(x.dim());
+  std::iota(iota.begin(), iota.end(), 0);
+  if (sorted != iota)
+    throw ValueError("permute: " + shape_str(perm) + " is not a permutation of the axes of "
+                     "argument 'x' " + shape_str(x.shape()));
+  if (perm == iota) return x;
+  Tensor y = permuted_copy("permute", x, x.shape(), perm);
   std::vector<std::size_t> inverse(perm.size());
   for (std::size_t k = 0; k < perm.size(); ++k) inverse[perm[k]] = k;
   return record("permute", y, {x}, [inverse](const Node&, const Tensor& g) -> std::vector<Tensor> {
@@ -232,6 +270,10 @@ XGRAD_REGISTER_OP({"transpose", [](const auto& x) { return transpose(x[0], -1, -
                      return {{"(2,3,4)", {sample_randn({2, 3, 4}, r)}},
                              {"(3,2)", {sample_randn({3, 2}, r)}}};
                    }});
+XGRAD_REGISTER_OP({"split_heads", [](const auto& x) { return split_heads(x[0], 2); },
+                   [](Rng& r) -> std::vector<OpSample> { return {{"(2,3,4) 2 heads", {sample_randn({2, 3, 4}, r)}}}; }});
+XGRAD_REGISTER_OP({"merge_heads", [](const auto& x) { return merge_heads(x[0]); },
+                   [](Rng& r) -> std::vector<OpSample> { return {{"(2,2,3,2)", {sample_randn({2, 2, 3, 2}, r)}}}; }});
 XGRAD_REGISTER_OP({"narrow", [](const auto& x) { return narrow(x[0], 1, 1, 2); },
                    [](Rng& r) -> std::vector<OpSample> {
                      return {{"(2,4,3) axis 1 [1,3)", {sample_randn({2, 4, 3}, r)}},

@@ -13,6 +13,11 @@ Tensor squeeze(const Tensor& x, long axis);             // remove a size-1 axis
 Tensor permute(const Tensor& x, const std::vector<std::size_t>& perm);
 Tensor transpose(const Tensor& x, long axis0, long axis1);
 
+// Attention head layout, each the other's adjoint (one copy each, no reshape copy):
+//   split_heads: (B, L, H * D) -> (B, H, L, D);   merge_heads: (B, H, L, D) -> (B, L, H * D)
+Tensor split_heads(const Tensor& x, std::size_t num_heads);
+Tensor merge_heads(const Tensor& x);
+
 // x.narrow(axis, start, length) in PyTorch: elements [start, start + length) of `axis`.
 Tensor narrow(const Tensor& x, long axis, std::size_t start, std::size_t length);
 inline Tensor slice(const Tensor& x, long axis, std::size_t start, std::size_t length) {

@@ -80,20 +80,54 @@ Tensor softmax_forward(const char* op, const Tensor& x, const Tensor* mask, std:
   });
 }
 
-// dx = y * (g - sum(g * y, axis))
-std::vector<Tensor> softmax_backward(const Node& n, const Tensor& g, long axis) {
-  Tensor y = n.output();
-  return {mul(y, sub(g, sum(mul(g, y), {axis}, true)))};
-}
-
 }  // namespace
+
+// dx = y * (g - s),  s = sum(g * y, axis)                      y, g, dx: same shape
+// with upstream U:  d/dg = softmax_backward(y, U)
+//                   d/dy = U * (g - s) - g * sum(U * y, axis)
+Tensor softmax_backward(const Tensor& y, const Tensor& g, long axis) {
+  check_same_float("softmax_backward", "y", y, "g", g);
+  if (y.shape() != g.shape())
+    throw ShapeError("softmax_backward: argument 'y' " + shape_str(y.shape()) + " and 'g' " +
+                     shape_str(g.shape()) + " must have one shape");
+  const std::size_t ax = normalize_axis("softmax_backward", axis, y.shape());
+  const auto s = detail::split_at(y.shape(), ax);
+  Tensor dx = dispatch_float("softmax_backward", y.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* py = value<T>(y).data();
+    const T* pg = value<T>(g).data();
+    auto out = empty_array<T>(y.shape());
+    T* po = out.data();
+    for (std::size_t o = 0; o < s.outer; ++o)
+      for (std::size_t r = 0; r < s.inner; ++r) {
+        const std::size_t base = o * s.n * s.inner + r;
+        T dot = 0;
+        for (std::size_t i = 0; i < s.n; ++i) dot += pg[base + i * s.inner] * py[base + i * s.inner];
+        for (std::size_t i = 0; i < s.n; ++i) {
+          const std::size_t k = base + i * s.inner;
+          po[k] = py[k] * (pg[k] - dot);
+        }
+      }
+    return make_tensor(std::move(out));
+  });
+  const long a = long(ax);
+  return record("softmax_backward", dx, {y, g}, [a](const Node& n, const Tensor& u) -> std::vector<Tensor> {
+    const Tensor &y = n.input(0), &g = n.input(1);
+    Tensor dy;
+    if (n.needs_grad(0)) {
+      Tensor s = sum(mul(g, y), {a}, true);
+      dy = sub(mul(u, sub(g, s)), mul(g, sum(mul(u, y), {a}, true)));
+    }
+    return {dy, n.needs_grad(1) ? softmax_backward(y, u, a) : Tensor()};
+  });
+}
 
 Tensor softmax(const Tensor& x, long axis) {
   check_float("softmax", "x", x);
   const long ax = long(normalize_axis("softmax", axis, x.shape()));
   Tensor y = softmax_forward("softmax", x, nullptr, std::size_t(ax), false);
-  return record("softmax", y, {x}, [ax](const Node& n, const Tensor& g) {
-    return softmax_backward(n, g, ax);
+  return record("softmax", y, {x}, [ax](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    return {softmax_backward(n.output(), g, ax)};
   });
 }
 
@@ -101,8 +135,8 @@ Tensor masked_softmax(const Tensor& x, const Tensor& mask, long axis) {
   check_float("masked_softmax", "x", x);
   const long ax = long(normalize_axis("masked_softmax", axis, x.shape()));
   Tensor y = softmax_forward("masked_softmax", x, &mask, std::size_t(ax), false);
-  return record("masked_softmax", y, {x}, [ax](const Node& n, const Tensor& g) {
-    return softmax_backward(n, g, ax);
+  return record("masked_softmax", y, {x}, [ax](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    return {softmax_backward(n.output(), g, ax)};
   });
 }
 
@@ -139,6 +173,14 @@ XGRAD_REGISTER_OP({"softmax(axis 0)", [](const auto& x) { return softmax(x[0], 0
 XGRAD_REGISTER_OP({"log_softmax", [](const auto& x) { return log_softmax(x[0], -1); }, softmax_samples});
 XGRAD_REGISTER_OP({"log_softmax(axis 0)", [](const auto& x) { return log_softmax(x[0], 0); },
                    softmax_samples});
+XGRAD_REGISTER_OP({"softmax_backward", [](const auto& x) { return softmax_backward(x[0], x[1], -1); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     // y: rows of a softmax (with an exact-zero masked entry), g: any
+                     Tensor y = tensor({0.2, 0.5, 0.3, 0.0, 0.6, 0.1, 0.25, 0.05}, {2, 4}, DType::Float64);
+                     y.set_requires_grad(true);
+                     return {{"(2,4)", {y, sample_randn({2, 4}, r)}},
+                             {"(2,3,4) random y", {sample_uniform({2, 3, 4}, 0.1, 0.9, r), sample_randn({2, 3, 4}, r)}}};
+                   }});
 XGRAD_REGISTER_OP({"masked_softmax", [](const auto& x) { return masked_softmax(x[0], x[1], -1); },
                    masked_samples});
 

@@ -11,6 +11,10 @@ namespace xgrad {
 Tensor softmax(const Tensor& x, long axis = -1);
 // log(softmax(x)); entries of -inf stay -inf, and a row that is entirely -inf is -inf.
 Tensor log_softmax(const Tensor& x, long axis = -1);
+// The vector-Jacobian product of softmax from its output y, fused into one pass:
+//   dx = y * (g - sum(g * y, axis))         (y, g: same shape)
+// Differentiable in both y and g (used by softmax's and masked_softmax's backward).
+Tensor softmax_backward(const Tensor& y, const Tensor& g, long axis = -1);
 // softmax over `axis` ignoring entries where `mask` is true ("masked" = not allowed to
 // attend, the torch.nn.MultiheadAttention convention). mask: bool, broadcastable to x.
 // Fully masked rows give zeros.
