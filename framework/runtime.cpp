@@ -25,8 +25,8 @@ struct MallocTuning {
   MallocTuning() {
     const char* env = std::getenv("XGRAD_MALLOC_TUNING");
     if (env && std::strcmp(env, "0") == 0) return;
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+    mallopt(M_MMAP_MAX, 0);               // large buffers come from the heap too, and are reused
+    mallopt(M_TRIM_THRESHOLD, 256 << 20); // keep up to 256 MiB of freed heap for the next step
   }
 } const tuning;
 }  // namespace
