@@ -28,6 +28,10 @@ Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b, Fn fn) {
                                         std::size_t ta, std::size_t tb) {
       if (ta == 1 && tb == 1)
         for (std::size_t i = 0; i < n; ++i) py[oy + i] = fn(pa[oa + i], pb[ob + i]);
+      else if (ta == 1 && tb == 0)
+        for (std::size_t i = 0; i < n; ++i) py[oy + i] = fn(pa[oa + i], pb[ob]);
+      else if (ta == 0 && tb == 1)
+        for (std::size_t i = 0; i < n; ++i) py[oy + i] = fn(pa[oa], pb[ob + i]);
       else
         for (std::size_t i = 0; i < n; ++i) py[oy + i] = fn(pa[oa + i * ta], pb[ob + i * tb]);
     });

@@ -107,10 +107,38 @@ Tensor gelu(const Tensor& x) {
     return v * T(0.5) * (T(1) + xt::erf(v * T(kInvSqrt2)));
   });
   return record("gelu", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
-    const Tensor& x = n.input(0);
-    Tensor Phi = mul_scalar(add_scalar(erf(mul_scalar(x, kInvSqrt2)), 1.0), 0.5);
-    Tensor phi = mul_scalar(exp(mul_scalar(mul(x, x), -0.5)), kInvSqrt2Pi);
-    return {mul(g, add(Phi, mul(x, phi)))};
+    return {gelu_backward(n.input(0), g)};
+  });
+}
+
+// dx = g * (Phi(x) + x phi(x));  with upstream U:
+//   d/dg = gelu_backward(x, U);   d/dx = U * g * phi(x) * (2 - x^2)     (gelu'' = phi (2 - x^2))
+Tensor gelu_backward(const Tensor& x, const Tensor& g) {
+  check_same_float("gelu_backward", "x", x, "g", g);
+  if (x.shape() != g.shape())
+    throw ShapeError("gelu_backward: argument 'x' " + shape_str(x.shape()) + " and 'g' " + shape_str(g.shape()) +
+                     " must have one shape");
+  Tensor dx = dispatch_float("gelu_backward", x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = value<T>(x).data();
+    const T* pg = value<T>(g).data();
+    auto out = empty_array<T>(x.shape());
+    for (std::size_t i = 0; i < x.numel(); ++i) {
+      const T v = px[i];
+      const T Phi = T(0.5) * (T(1) + std::erf(v * T(kInvSqrt2)));
+      const T phi = std::exp(T(-0.5) * v * v) * T(kInvSqrt2Pi);
+      out.data()[i] = pg[i] * (Phi + v * phi);
+    }
+    return make_tensor(std::move(out));
+  });
+  return record("gelu_backward", dx, {x, g}, [](const Node& n, const Tensor& u) -> std::vector<Tensor> {
+    const Tensor &x = n.input(0), &g = n.input(1);
+    Tensor dxx;
+    if (n.needs_grad(0)) {
+      Tensor phi = mul_scalar(exp(mul_scalar(mul(x, x), -0.5)), kInvSqrt2Pi);
+      dxx = mul(mul(u, g), mul(phi, add_scalar(neg(mul(x, x)), 2.0)));
+    }
+    return {dxx, n.needs_grad(1) ? gelu_backward(x, u) : Tensor()};
   });
 }
 
@@ -147,5 +175,9 @@ XGRAD_REGISTER_OP({"erf", [](const auto& x) { return erf(x[0]); },
                    [](Rng& r) { return samples(r, -2, 2); }});
 XGRAD_REGISTER_OP({"gelu", [](const auto& x) { return gelu(x[0]); },
                    [](Rng& r) { return samples(r, -3, 3); }});
+XGRAD_REGISTER_OP({"gelu_backward", [](const auto& x) { return gelu_backward(x[0], x[1]); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"(2,3)", {sample_uniform({2, 3}, -3, 3, r), sample_randn({2, 3}, r)}}};
+                   }});
 
 }  // namespace xgrad
