@@ -1,0 +1,63 @@
+// train_step_rss: peak resident memory of the reverse example's training step.
+//
+// usage: train_step_rss [--steps N] [--threads N]     (defaults: 50 steps, 1 thread)
+// Runs N training steps (benchmarks/reverse_step.hpp: the `reverse` example's default model,
+// batch 64, AdamW) and prints one JSON line:
+//   {"side": "xgrad", "steps": N, "threads": n, "seconds_per_step": s,
+//    "baseline_rss_kb": VmRSS before the model is built, "peak_rss_kb": VmHWM at the end}
+// Read by benchmarks/compare.sh; the PyTorch counterpart is `torch_mha.py --rss N`.
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "reverse_step.hpp"
+
+namespace {
+
+long status_kb(const std::string& key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind(key + ":", 0) == 0) return std::strtol(line.c_str() + key.size() + 1, nullptr, 10);
+  return -1;
+}
+
+long arg_value(int argc, char** argv, const std::string& name, long def) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (argv[i] == name) {
+      char* end = nullptr;
+      const long v = std::strtol(argv[i + 1], &end, 10);
+      if (*end != '\0' || v < 1) {
+        std::cerr << "train_step_rss: " << name << " needs a positive integer\n";
+        std::exit(2);
+      }
+      return v;
+    }
+  return def;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; i += 2)
+    if (std::string(argv[i]) != "--steps" && std::string(argv[i]) != "--threads") {
+      std::cerr << "usage: train_step_rss [--steps N] [--threads N]\n";
+      return 2;
+    }
+  const long steps = arg_value(argc, argv, "--steps", 50);
+  const int threads = int(arg_value(argc, argv, "--threads", 1));
+  xgrad::set_num_threads(threads);
+  const long baseline = status_kb("VmRSS");
+  xgrad_bench::ReverseTrainer trainer;
+  double loss = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long s = 0; s < steps; ++s) loss = trainer.step().item();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "{\"side\": \"xgrad\", \"steps\": " << steps << ", \"threads\": " << threads
+            << ", \"seconds_per_step\": " << secs / double(steps) << ", \"final_loss\": " << loss
+            << ", \"baseline_rss_kb\": " << baseline << ", \"peak_rss_kb\": " << status_kb("VmHWM")
+            << "}\n";
+  return 0;
+}
