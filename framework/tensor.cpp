@@ -25,6 +25,16 @@ const char* dtype_name(DType d) {
   return "?";
 }
 
+std::size_t itemsize(DType d) {
+  switch (d) {
+    case DType::Float32: return sizeof(float);
+    case DType::Float64: return sizeof(double);
+    case DType::Bool: return sizeof(bool);
+    case DType::Int64: return sizeof(std::int64_t);
+  }
+  return 0;
+}
+
 std::size_t numel(const Shape& shape) {
   std::size_t n = 1;
   for (auto d : shape) n *= d;
@@ -41,6 +51,10 @@ static TensorImpl& checked(const std::shared_ptr<TensorImpl>& p) {
 const Shape& Tensor::shape() const { return checked(impl_).shape; }
 std::size_t Tensor::numel() const { return xgrad::numel(shape()); }
 DType Tensor::dtype() const { return checked(impl_).dtype; }
+const void* Tensor::raw_data() const {
+  return std::visit([](const auto& a) -> const void* { return a.data(); }, *checked(impl_).value);
+}
+
 std::size_t Tensor::size(int axis) const { return shape()[normalize_axis("size", axis, shape())]; }
 
 bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }

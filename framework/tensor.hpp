@@ -24,6 +24,7 @@ namespace xgrad {
 enum class DType { Float32, Float64, Bool, Int64 };
 const char* dtype_name(DType dtype);
 inline bool is_float(DType d) { return d == DType::Float32 || d == DType::Float64; }
+std::size_t itemsize(DType dtype);  // bytes per element: 4, 8, 1 (bool), 8
 
 using Shape = std::vector<std::size_t>;
 std::size_t numel(const Shape& shape);
@@ -68,6 +69,8 @@ class Tensor {
   // Raw row-major data. T must match dtype() exactly (float, double, bool, int64_t).
   template <class T> const T* data() const;
   template <class T> T* mutable_data() const;  // writes bypass autodiff: use for optimisers
+  const void* raw_data() const;                // the row-major bytes, any dtype
+  std::size_t nbytes() const { return numel() * itemsize(dtype()); }
 
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }

@@ -46,16 +46,6 @@ bool parse_st_dtype(const std::string& s, DType& out) {
   return true;
 }
 
-std::size_t itemsize(DType d) {
-  switch (d) {
-    case DType::Float32: return 4;
-    case DType::Float64: return 8;
-    case DType::Bool: return 1;
-    case DType::Int64: return 8;
-  }
-  return 0;
-}
-
 std::string quoted_list(const std::vector<std::string>& names) {
   std::string s;
   for (const auto& n : names) s += (s.empty() ? "'" : ", '") + n + "'";

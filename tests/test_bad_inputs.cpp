@@ -50,23 +50,11 @@ const char* kind(const std::exception& e) {
 
 // --- state fingerprints (bit-exact) ------------------------------------------------------------
 
-std::size_t nbytes(const Tensor& t) {
-  return t.numel() * (t.dtype() == DType::Float32 ? 4 : t.dtype() == DType::Bool ? 1 : 8);
-}
-const void* raw(const Tensor& t) {
-  switch (t.dtype()) {
-    case DType::Float32: return t.data<float>();
-    case DType::Float64: return t.data<double>();
-    case DType::Bool: return t.data<bool>();
-    case DType::Int64: return t.data<std::int64_t>();
-  }
-  return nullptr;
-}
 std::string fingerprint(const NamedTensors& ts) {
   std::string s;
   for (const auto& [name, t] : ts) {
     s += name + "|" + dtype_name(t.dtype()) + shape_str(t.shape()) + "|";
-    if (t.defined() && nbytes(t)) s.append(static_cast<const char*>(raw(t)), nbytes(t));
+    if (t.defined() && t.nbytes()) s.append(static_cast<const char*>(t.raw_data()), t.nbytes());
     s += "\n";
   }
   return s;

@@ -71,18 +71,6 @@ struct Nested : Module {
   }
 };
 
-std::size_t nbytes(const Tensor& t) {
-  return t.numel() * (t.dtype() == DType::Float32 ? 4 : t.dtype() == DType::Bool ? 1 : 8);
-}
-const void* raw(const Tensor& t) {
-  switch (t.dtype()) {
-    case DType::Float32: return t.data<float>();
-    case DType::Float64: return t.data<double>();
-    case DType::Bool: return t.data<bool>();
-    case DType::Int64: return t.data<std::int64_t>();
-  }
-  return nullptr;
-}
 
 boost::test_tools::predicate_result same_bits(const Tensor& a, const Tensor& b) {
   boost::test_tools::predicate_result r(true);
@@ -90,7 +78,7 @@ boost::test_tools::predicate_result same_bits(const Tensor& a, const Tensor& b) 
     r = false;
     r.message() << dtype_name(a.dtype()) << " " << shape_str(a.shape()) << " vs "
                 << dtype_name(b.dtype()) << " " << shape_str(b.shape());
-  } else if (nbytes(a) && std::memcmp(raw(a), raw(b), nbytes(a)) != 0) {
+  } else if (a.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) != 0) {
     r = false;
     r.message() << "values differ: " << a << " vs " << b;
   }

@@ -52,17 +52,7 @@ boost::test_tools::predicate_result same_bits(const Tensor& a, const Tensor& b) 
                 << dtype_name(b.dtype()) << " " << shape_str(b.shape());
     return r;
   }
-  auto bytes = [](const Tensor& t) -> const void* {
-    switch (t.dtype()) {
-      case DType::Float32: return t.data<float>();
-      case DType::Float64: return t.data<double>();
-      case DType::Bool: return t.data<bool>();
-      case DType::Int64: return t.data<std::int64_t>();
-    }
-    return nullptr;
-  };
-  std::size_t n = a.numel() * (a.dtype() == DType::Float32 ? 4 : a.dtype() == DType::Bool ? 1 : 8);
-  if (n && std::memcmp(bytes(a), bytes(b), n) != 0) {
+  if (a.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) != 0) {
     r = false;
     r.message() << "values differ: " << a << " vs " << b;
   }
