@@ -18,6 +18,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include "bench_threads.hpp"
+
 #include "xgrad/xgrad.hpp"
 
 namespace {
@@ -140,26 +142,10 @@ BENCHMARK(BM_xgrad_linear_fwd_bwd)->Apply(sizes);
 BENCHMARK(BM_cblas_sgemm_fwd_bwd)->Apply(sizes);
 
 // Thread count from XGRAD_THREADS (default 1); exits with a message on a bad value.
-int threads_from_env() {
-  const char* env = std::getenv("XGRAD_THREADS");
-  if (env == nullptr || *env == '\0') return 1;
-  char* end = nullptr;
-  const long n = std::strtol(env, &end, 10);
-  if (*end != '\0' || n < 1 || n > 1024) {
-    std::cerr << "bench_matmul: XGRAD_THREADS must be a positive integer, got '" << env
-              << "'\n";
-    std::exit(2);
-  }
-  return int(n);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int threads = threads_from_env();
-  xgrad::set_num_threads(threads);
-  benchmark::AddCustomContext("xgrad_threads", std::to_string(threads));
-  benchmark::AddCustomContext("openblas_threads", std::to_string(xgrad::num_threads()));
+  set_threads_from_env("bench_matmul");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

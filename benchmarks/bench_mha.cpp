@@ -41,6 +41,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include "bench_threads.hpp"
+
 #include "reverse_step.hpp"
 #include "xgrad/xgrad.hpp"
 
@@ -183,25 +185,10 @@ void BM_train_step_reverse(benchmark::State& state) {
   state.counters["params"] = double(trainer.parameter_count());
 }
 
-int threads_from_env() {
-  const char* env = std::getenv("XGRAD_THREADS");
-  if (env == nullptr || *env == '\0') return 1;
-  char* end = nullptr;
-  const long n = std::strtol(env, &end, 10);
-  if (*end != '\0' || n < 1 || n > 1024) {
-    std::cerr << "bench_mha: XGRAD_THREADS must be a positive integer, got '" << env << "'\n";
-    std::exit(2);
-  }
-  return int(n);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int threads = threads_from_env();
-  xgrad::set_num_threads(threads);
-  benchmark::AddCustomContext("xgrad_threads", std::to_string(threads));
-  benchmark::AddCustomContext("openblas_threads", std::to_string(xgrad::num_threads()));
+  const int threads = set_threads_from_env("bench_mha");
   for (const MhaConfig& c : kConfigs)
     benchmark::RegisterBenchmark((std::string("BM_mha/") + c.name).c_str(), BM_mha, c)
         ->UseRealTime()

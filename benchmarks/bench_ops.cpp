@@ -19,6 +19,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include "bench_threads.hpp"
+
 #include "xgrad/xgrad.hpp"
 
 namespace {
@@ -179,24 +181,10 @@ void run_fwd_bwd(benchmark::State& state, const Maker& make, const Dims& d) {
   state.SetItemsProcessed(std::int64_t(state.iterations()) * std::int64_t(c.inputs[0].numel()));
 }
 
-int threads_from_env() {
-  const char* env = std::getenv("XGRAD_THREADS");
-  if (env == nullptr || *env == '\0') return 1;
-  char* end = nullptr;
-  const long n = std::strtol(env, &end, 10);
-  if (*end != '\0' || n < 1 || n > 1024) {
-    std::cerr << "bench_ops: XGRAD_THREADS must be a positive integer, got '" << env << "'\n";
-    std::exit(2);
-  }
-  return int(n);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int threads = threads_from_env();
-  xgrad::set_num_threads(threads);
-  benchmark::AddCustomContext("xgrad_threads", std::to_string(threads));
+  set_threads_from_env("bench_ops");
   for (const auto& [name, make] : cases())
     for (const Dims& d : kSizes) {
       const std::string base = name + "/" + d.name + "/";
