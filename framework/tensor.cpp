@@ -36,8 +36,13 @@ std::size_t itemsize(DType d) {
 }
 
 std::size_t numel(const Shape& shape) {
+  constexpr std::size_t kMax = std::size_t(1) << 40;
+  for (auto d : shape)
+    if (d == 0) return 0;
   std::size_t n = 1;
-  for (auto d : shape) n *= d;
+  for (auto d : shape)
+    if (__builtin_mul_overflow(n, d, &n) || n > kMax)
+      throw ValueError("shape " + shape_str(shape) + " has more than 2^40 elements");
   return n;
 }
 
@@ -166,6 +171,11 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
 // --- factories ---------------------------------------------------------------------------
 
 template <class T> static Tensor from_values(const std::vector<double>& values, const Shape& shape) {
+  if constexpr (std::is_same_v<T, std::int64_t>)
+    for (std::size_t i = 0; i < values.size(); ++i)
+      if (!(values[i] >= -9223372036854775808.0 && values[i] < 9223372036854775808.0))
+        throw ValueError("tensor: value " + std::to_string(values[i]) + " at position " + std::to_string(i) +
+                         " is not representable as int64");
   auto a = empty_array<T>(shape);
   std::transform(values.begin(), values.end(), a.begin(), [](double x) { return T(x); });
   return make_tensor(std::move(a));

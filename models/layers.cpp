@@ -49,7 +49,7 @@ LayerNorm::LayerNorm(std::size_t dim, double eps_) : eps(eps_) {
 Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
 
 Tensor dropout(const Tensor& x, double p, bool training, Rng& rng) {
-  if (p < 0 || p >= 1) throw ValueError("dropout: p must be in [0, 1), got " + std::to_string(p));
+  if (!(p >= 0 && p < 1)) throw ValueError("dropout: p must be in [0, 1), got " + std::to_string(p));
   if (!training || p == 0) return x;
   check_float("dropout", "x", x);
   std::bernoulli_distribution keep(1 - p);
@@ -59,7 +59,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Rng& rng) {
 }
 
 Dropout::Dropout(double p_, std::uint64_t seed) : p(p_), rng_(seed) {
-  if (p < 0 || p >= 1) throw ValueError("Dropout: p must be in [0, 1), got " + std::to_string(p));
+  if (!(p >= 0 && p < 1)) throw ValueError("Dropout: p must be in [0, 1), got " + std::to_string(p));
 }
 Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, training(), rng_); }
 

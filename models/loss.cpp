@@ -18,7 +18,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t i
       !std::equal(targets.shape().begin(), targets.shape().end(), ls.begin()))
     throw ShapeError("cross_entropy: argument 'logits' " + shape_str(ls) +
                      " must be targets' shape " + shape_str(targets.shape()) + " plus a class dim");
-  if (label_smoothing < 0 || label_smoothing > 1)
+  if (!(label_smoothing >= 0 && label_smoothing <= 1))
     throw ValueError("cross_entropy: label_smoothing must be in [0, 1], got " +
                      std::to_string(label_smoothing));
   const std::size_t C = ls.back(), N = targets.numel();
@@ -35,7 +35,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t i
     w[i * C + std::size_t(t[i])] += 1.0 - label_smoothing;
   }
   Tensor weights = tensor(w, ls, logits.dtype());
-  Tensor total = sum(mul(log_softmax(logits, -1), weights));
+  // Log-probabilities with weight 0 are dropped before the product: a -inf there (a -inf
+  // logit, or float overflow) would otherwise make 0 * -inf = NaN.
+  std::vector<bool> unused(w.size());
+  for (std::size_t i = 0; i < w.size(); ++i) unused[i] = w[i] == 0.0;
+  Tensor logp = masked_fill(log_softmax(logits, -1), bool_tensor(unused, ls), 0.0);
+  Tensor total = sum(mul(logp, weights));
   return mul_scalar(total, kept ? -1.0 / double(kept) : 0.0);
 }
 

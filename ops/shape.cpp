@@ -137,9 +137,10 @@ Tensor transpose(const Tensor& x, long axis0, long axis1) {
 Tensor narrow(const Tensor& x, long axis, std::size_t start, std::size_t length) {
   check_float("narrow", "x", x);
   const std::size_t ax = normalize_axis("narrow", axis, x.shape());
-  if (start + length > x.shape()[ax])
+  if (start > x.shape()[ax] || length > x.shape()[ax] - start)
     throw IndexError("narrow: range [" + std::to_string(start) + ", " +
-                     std::to_string(start + length) + ") is out of bounds for axis " +
+                     (length > SIZE_MAX - start ? std::string("overflow") : std::to_string(start + length)) +
+                     ") is out of bounds for axis " +
                      std::to_string(axis) + " of argument 'x' " + shape_str(x.shape()));
   Shape ys = x.shape();
   ys[ax] = length;
@@ -165,7 +166,7 @@ Tensor unnarrow(const Tensor& x, long axis, std::size_t start, std::size_t size)
   check_float("unnarrow", "x", x);
   const std::size_t ax = normalize_axis("unnarrow", axis, x.shape());
   const std::size_t m = x.shape()[ax];
-  if (start + m > size)
+  if (start > size || m > size - start)
     throw IndexError("unnarrow: argument 'x' " + shape_str(x.shape()) + " placed at " +
                      std::to_string(start) + " does not fit in size " + std::to_string(size));
   Shape ys = x.shape();

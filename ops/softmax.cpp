@@ -74,6 +74,7 @@ Tensor softmax_forward(const char* op, const Tensor& x, const Tensor* mask, std:
   return dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     auto y = empty_array<T>(x.shape());
+    if (x.numel() == 0) return make_tensor(std::move(y));
     softmax_rows<T>(value<T>(x).data(), mask ? mask->data<bool>() : nullptr, ms, x.shape(), axis,
                     y.data(), log_out);
     return make_tensor(std::move(y));
@@ -98,6 +99,7 @@ Tensor softmax_backward(const Tensor& y, const Tensor& g, long axis) {
     const T* pg = value<T>(g).data();
     auto out = empty_array<T>(y.shape());
     T* po = out.data();
+    if (y.numel() == 0) return make_tensor(std::move(out));
     for (std::size_t o = 0; o < s.outer; ++o)
       for (std::size_t r = 0; r < s.inner; ++r) {
         const std::size_t base = o * s.n * s.inner + r;
