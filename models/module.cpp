@@ -111,13 +111,10 @@ void Module::load_parameters(const NamedTensors& src) {
                        shape_str(slot->shape()));
   }
   NoGradGuard no_grad;
-  for (auto& [name, slot] : slots) {
-    Tensor v = given[name]->detach().to(slot->dtype());
-    dispatch_float("load_parameters", slot->dtype(), [&](auto zero) {
-      using T = decltype(zero);
-      std::memcpy(slot->mutable_data<T>(), v.data<T>(), sizeof(T) * v.numel());
-      return 0;
-    });
+  for (auto& entry : slots) {
+    Tensor* slot = entry.second;
+    Tensor v = given[entry.first]->detach().to(slot->dtype());
+    std::memcpy(const_cast<void*>(slot->raw_data()), v.raw_data(), v.nbytes());
   }
 }
 

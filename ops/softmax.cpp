@@ -55,8 +55,8 @@ void softmax_rows(const T* x, const bool* mask, const std::vector<std::size_t>& 
         if (!log_out) e[i] = ex;
       }
       if (log_out) {
-        const T shift = m + std::log(total);
-        for (std::size_t i = 0; i < s.n; ++i) yr[i * s.inner] = e[i] == ninf ? ninf : e[i] - shift;
+        const T log_total = std::log(total);  // (x - m) - log_total: m + log_total may round to m
+        for (std::size_t i = 0; i < s.n; ++i) yr[i * s.inner] = e[i] == ninf ? ninf : (e[i] - m) - log_total;
       } else {
         const T inv = T(1) / total;
         for (std::size_t i = 0; i < s.n; ++i) yr[i * s.inner] = e[i] * inv;
