@@ -48,8 +48,10 @@ template <class T> Tensor make_tensor(xt::xarray<T>&& a) {
   impl->value = std::make_shared<ArrayVariant>(std::move(a));
   return Tensor(std::move(impl));
 }
-// A new, uninitialised tensor of the given shape.
+// A new, uninitialised tensor of the given shape (ValueError when the shape has more than
+// 2^40 elements or its element count overflows).
 template <class T> xt::xarray<T> empty_array(const Shape& shape) {
+  (void)numel(shape);
   return xt::xarray<T>::from_shape(shape);
 }
 

@@ -57,7 +57,8 @@ Tensor embedding_backward(const Tensor& g, const Tensor& indices, std::size_t nu
     using T = decltype(zero);
     const T* pg = value<T>(g).data();
     const std::int64_t* idx = indices.data<std::int64_t>();
-    xt::xarray<T> out = xt::zeros<T>({num_rows, D});
+    xt::xarray<T> out = empty_array<T>({num_rows, D});
+    std::fill(out.begin(), out.end(), T(0));
     for (std::size_t i = 0; i < indices.numel(); ++i) {
       T* row = out.data() + std::size_t(idx[i]) * D;
       for (std::size_t d = 0; d < D; ++d) row[d] += pg[i * D + d];

@@ -175,7 +175,8 @@ Tensor unnarrow(const Tensor& x, long axis, std::size_t start, std::size_t size)
   Tensor y = dispatch_float("unnarrow", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
-    xt::xarray<T> out = xt::zeros<T>(ys);
+    xt::xarray<T> out = empty_array<T>(ys);
+    std::fill(out.begin(), out.end(), T(0));
     for (std::size_t o = 0; o < s.outer; ++o)
       std::copy_n(px + o * m * s.inner, m * s.inner, out.data() + (o * size + start) * s.inner);
     return make_tensor(std::move(out));
