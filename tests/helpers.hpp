@@ -53,6 +53,19 @@ inline Tensor leaf(const std::vector<double>& v, const Shape& s) {
   return t;
 }
 
+// The documented exception class of e, for failure messages.
+inline const char* error_kind(const std::exception& e) {
+  if (dynamic_cast<const ShapeError*>(&e)) return "ShapeError";
+  if (dynamic_cast<const DTypeError*>(&e)) return "DTypeError";
+  if (dynamic_cast<const IndexError*>(&e)) return "IndexError";
+  if (dynamic_cast<const ValueError*>(&e)) return "ValueError";
+  if (dynamic_cast<const GraphError*>(&e)) return "GraphError";
+  if (dynamic_cast<const IOError*>(&e)) return "IOError";
+  if (dynamic_cast<const AnomalyError*>(&e)) return "AnomalyError";
+  if (dynamic_cast<const Error*>(&e)) return "xgrad::Error";
+  return "a non-xgrad std::exception";
+}
+
 inline bool all_finite(const Tensor& t) {
   for (double x : t.to_vector())
     if (!std::isfinite(x)) return false;

@@ -37,17 +37,6 @@ Tensor f64(const Shape& s) { return f32(s).to(DType::Float64).clone(); }
 Tensor bools(const Shape& s) { return bool_tensor(std::vector<bool>(numel(s), false), s); }
 Tensor ints(const std::vector<std::int64_t>& v, const Shape& s) { return index_tensor(v, s); }
 
-const char* kind(const std::exception& e) {
-  if (dynamic_cast<const ShapeError*>(&e)) return "ShapeError";
-  if (dynamic_cast<const DTypeError*>(&e)) return "DTypeError";
-  if (dynamic_cast<const IndexError*>(&e)) return "IndexError";
-  if (dynamic_cast<const ValueError*>(&e)) return "ValueError";
-  if (dynamic_cast<const GraphError*>(&e)) return "GraphError";
-  if (dynamic_cast<const IOError*>(&e)) return "IOError";
-  if (dynamic_cast<const Error*>(&e)) return "xgrad::Error";
-  return "std::exception";
-}
-
 // --- state fingerprints (bit-exact) ------------------------------------------------------------
 
 std::string fingerprint(const NamedTensors& ts) {
@@ -626,8 +615,8 @@ BOOST_AUTO_TEST_CASE(table) {
       } catch (const std::exception& e) {
         threw = true;
         const std::string msg = e.what();
-        if (kind(e) != c.expected) {
-          BOOST_ERROR("expected " << c.expected << ", got " << kind(e) << ": \"" << msg << "\"");
+        if (test::error_kind(e) != c.expected) {
+          BOOST_ERROR("expected " << c.expected << ", got " << test::error_kind(e) << ": \"" << msg << "\"");
           ok = false;
         }
         for (const auto& p : c.parts)

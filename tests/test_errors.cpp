@@ -25,17 +25,6 @@ Tensor leaf64(const xgrad::Shape& s) {
 }
 Tensor bools(const xgrad::Shape& s) { return bool_tensor(std::vector<bool>(numel(s), false), s); }
 
-const char* kind(const std::exception& e) {
-  if (dynamic_cast<const ShapeError*>(&e)) return "ShapeError";
-  if (dynamic_cast<const DTypeError*>(&e)) return "DTypeError";
-  if (dynamic_cast<const IndexError*>(&e)) return "IndexError";
-  if (dynamic_cast<const ValueError*>(&e)) return "ValueError";
-  if (dynamic_cast<const GraphError*>(&e)) return "GraphError";
-  if (dynamic_cast<const IOError*>(&e)) return "IOError";
-  if (dynamic_cast<const Error*>(&e)) return "xgrad::Error";
-  return "a non-xgrad std::exception";
-}
-
 // Predicate for BOOST_CHECK_EXCEPTION(statement, std::exception, ...): the exception must be
 // an E, its message must start with "<op>:" and contain every one of `parts`.
 template <class E>
@@ -45,7 +34,7 @@ std::function<bool(const std::exception&)> expect(const char* wanted, std::strin
     const std::string msg = e.what();
     bool ok = true;
     if (!dynamic_cast<const E*>(&e)) {
-      BOOST_ERROR("expected " << wanted << ", got " << kind(e) << ": \"" << msg << "\"");
+      BOOST_ERROR("expected " << wanted << ", got " << test::error_kind(e) << ": \"" << msg << "\"");
       ok = false;
     }
     if (msg.rfind(op + ":", 0) != 0) {
