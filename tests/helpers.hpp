@@ -3,6 +3,9 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <sstream>
 
 #include "xgrad/xgrad.hpp"
@@ -64,6 +67,35 @@ inline const char* error_kind(const std::exception& e) {
   if (dynamic_cast<const AnomalyError*>(&e)) return "AnomalyError";
   if (dynamic_cast<const Error*>(&e)) return "xgrad::Error";
   return "a non-xgrad std::exception";
+}
+
+// Files as byte strings (checkpoint tests write broken files by hand).
+inline std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+inline void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), std::streamsize(bytes.size()));
+}
+inline std::string le64(std::uint64_t n) {  // 8 little-endian bytes (safetensors header length)
+  std::string s(8, '\0');
+  for (std::size_t i = 0; i < 8; ++i) s[i] = char((n >> (8 * i)) & 0xff);
+  return s;
+}
+
+// `ts` with the tensor named `name` replaced by t / left out.
+inline NamedTensors replaced(const NamedTensors& ts, const std::string& name, const Tensor& t) {
+  NamedTensors s = ts;
+  for (auto& [n, v] : s)
+    if (n == name) v = t;
+  return s;
+}
+inline NamedTensors removed(const NamedTensors& ts, const std::string& name) {
+  NamedTensors s;
+  for (const auto& [n, v] : ts)
+    if (n != name) s.emplace_back(n, v);
+  return s;
 }
 
 inline bool all_finite(const Tensor& t) {

@@ -61,21 +61,8 @@ std::string fingerprint(const Optimizer& o) {
 
 // --- files -------------------------------------------------------------------------------------
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), std::streamsize(bytes.size()));
-}
-std::string le64(std::uint64_t n) {
-  std::string s(8, '\0');
-  for (int i = 0; i < 8; ++i) s[std::size_t(i)] = char((n >> (8 * i)) & 0xff);
-  return s;
-}
 std::string st_file(const std::string& header, const std::string& data) {
-  return le64(header.size()) + header + data;
+  return test::le64(header.size()) + header + data;
 }
 
 struct TmpDir {
@@ -493,13 +480,13 @@ BOOST_AUTO_TEST_CASE(table) {
     o.step();
     save_checkpoint(good, other, &o, {{"note", "good"}});
   }
-  const std::string good_bytes = read_bytes(good);
+  const std::string good_bytes = test::read_bytes(good);
   auto load_into = [ck_model, ck_opt](std::string path, bool with_opt) {
     return [=] { load_checkpoint(path, *ck_model, with_opt ? ck_opt.get() : nullptr); };
   };
   auto variant = [&](const std::string& name, const std::string& bytes) {
     const std::string p = dir / name;
-    write_bytes(p, bytes);
+    test::write_bytes(p, bytes);
     return p;
   };
 
@@ -600,7 +587,7 @@ BOOST_AUTO_TEST_CASE(table) {
   push("save_checkpoint: parent path is a regular file",
       [under_file, ck_model, ck_opt] { save_checkpoint(under_file, *ck_model, ck_opt.get()); }, "IOError",
       {"save_safetensors", under_file, "Not a directory"},
-      [good] { return read_bytes(good); });
+      [good] { return test::read_bytes(good); });
 
   // ===== run the table ===================================================================================
   BOOST_TEST_MESSAGE("bad_inputs: " << cases.size() << " cases");

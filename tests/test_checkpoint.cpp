@@ -109,22 +109,9 @@ NamedTensors snapshot(const Module& m) {
   return out;
 }
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), std::streamsize(bytes.size()));
-}
-std::string le64(std::uint64_t n) {
-  std::string s(8, '\0');
-  for (int i = 0; i < 8; ++i) s[i] = char((n >> (8 * i)) & 0xff);
-  return s;
-}
 // A safetensors file from a header text and data bytes.
 std::string st_file(const std::string& header, const std::string& data) {
-  return le64(header.size()) + header + data;
+  return test::le64(header.size()) + header + data;
 }
 template <class T> std::string bytes_of(const std::vector<T>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
@@ -186,7 +173,7 @@ BOOST_AUTO_TEST_CASE(safetensors_round_trip_is_bit_exact) {
   BOOST_TEST((f.metadata == meta));
 
   // Layout: header length multiple of 8, space padded, offsets contiguous in order.
-  std::string bytes = read_bytes(path);
+  std::string bytes = test::read_bytes(path);
   std::uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= std::uint64_t(static_cast<unsigned char>(bytes[i])) << (8 * i);
   BOOST_TEST(n % 8 == 0u);
@@ -222,7 +209,7 @@ BOOST_AUTO_TEST_CASE(reads_hand_written_files) {
   const std::string path = dir / "h.safetensors";
   // Keys out of offset order, whitespace, metadata, extra spaces: tensors come back in
   // data-offset order.
-  write_bytes(path, st_file(R"( { "b" : {"dtype":"I64","shape":[1],"data_offsets":[16,24]},
+  test::write_bytes(path, st_file(R"( { "b" : {"dtype":"I64","shape":[1],"data_offsets":[16,24]},
       "__metadata__": {"k": "v"}, "a": {"shape": [2], "data_offsets": [0, 16], "dtype": "F64"} }  )",
                             bytes_of<double>({1.25, -2.5}) + bytes_of<std::int64_t>({42})));
   SafetensorsFile f = load_safetensors(path);
@@ -239,13 +226,13 @@ BOOST_AUTO_TEST_CASE(save_rejects_bad_arguments_before_touching_the_file) {
   TmpDir dir;
   const std::string path = dir / "a.safetensors";
   save_safetensors(path, {{"x", scalar(1)}});
-  const std::string before = read_bytes(path);
+  const std::string before = test::read_bytes(path);
   BOOST_CHECK_THROW(save_safetensors(path, {{"x", scalar(1)}, {"x", scalar(2)}}), ValueError);
   BOOST_CHECK_THROW(save_safetensors(path, {{"x", Tensor()}}), ValueError);
   BOOST_CHECK_THROW(save_safetensors(path, {{"", scalar(1)}}), ValueError);
   BOOST_CHECK_THROW(save_safetensors(path, {{"__metadata__", scalar(1)}}), ValueError);
   BOOST_CHECK_THROW(save_safetensors(path, {{"bad\xff", scalar(1)}}), ValueError);
-  BOOST_TEST(read_bytes(path) == before);
+  BOOST_TEST(test::read_bytes(path) == before);
   BOOST_TEST(dir.entries().size() == 1u);
 }
 
@@ -320,8 +307,8 @@ BOOST_AUTO_TEST_CASE(every_bad_file_throws_io_error_and_changes_nothing) {
   };
   auto hdr = [](const std::string& entries) { return "{" + entries + "}"; };
   const std::string good_header = hdr(kW + "," + kB);
-  std::string huge_len = le64(std::uint64_t(1) << 62) + good_header + kTinyData;
-  std::string len_past_end = le64(good_header.size() + kTinyData.size() + 1) + good_header + kTinyData;
+  std::string huge_len = test::le64(std::uint64_t(1) << 62) + good_header + kTinyData;
+  std::string len_past_end = test::le64(good_header.size() + kTinyData.size() + 1) + good_header + kTinyData;
   std::string bool_file = st_file(
       hdr(kW + "," + kB + R"(,"m":{"dtype":"BOOL","shape":[3],"data_offsets":[24,27]})"),
       kTinyData + std::string("\x01\x02\x00", 3));
@@ -394,7 +381,7 @@ BOOST_AUTO_TEST_CASE(every_bad_file_throws_io_error_and_changes_nothing) {
   for (const Case& c : cases)
     BOOST_TEST_CONTEXT(c.name) {
       const std::string path = dir / "bad.safetensors";
-      write_bytes(path, c.bytes);
+      test::write_bytes(path, c.bytes);
       std::vector<std::string> needles = c.needles;
       needles.push_back(path);
       BOOST_CHECK_EXCEPTION(load_checkpoint(path, m), IOError,
@@ -403,7 +390,7 @@ BOOST_AUTO_TEST_CASE(every_bad_file_throws_io_error_and_changes_nothing) {
     }
   // The good file loads (the cases above differ from it in one thing only).
   const std::string path = dir / "good.safetensors";
-  write_bytes(path, st_file(good_header, kTinyData));
+  test::write_bytes(path, st_file(good_header, kTinyData));
   load_checkpoint(path, m);
   BOOST_TEST(test::allclose(m.w, {0.5, -1.0, 2.0, 0.25}, 1e-7));
 }
@@ -443,18 +430,8 @@ BOOST_AUTO_TEST_CASE(bad_optimizer_state_changes_neither_model_nor_optimizer) {
   };
   NamedTensors good = src.named_parameters();
   for (auto& [n, t] : src_opt.state_dict()) good.emplace_back("optimizer." + n, t);
-  auto replaced = [&](const std::string& name, const Tensor& t) {
-    NamedTensors s = good;
-    for (auto& [n, v] : s)
-      if (n == name) v = t;
-    return s;
-  };
-  auto removed = [&](const std::string& name) {
-    NamedTensors s;
-    for (auto& [n, v] : good)
-      if (n != name) s.emplace_back(n, v);
-    return s;
-  };
+  auto replaced = [&](const std::string& name, const Tensor& t) { return test::replaced(good, name, t); };
+  auto removed = [&](const std::string& name) { return test::removed(good, name); };
   expect_fail(src.named_parameters(), {"no optimizer state"});
   expect_fail(replaced("optimizer.exp_avg.w", zeros({4})), {"optimizer state", "exp_avg.w", "(4)"});
   expect_fail(replaced("optimizer.exp_avg_sq.b", zeros({2}, DType::Float64)), {"exp_avg_sq.b", "float64"});
@@ -479,7 +456,7 @@ BOOST_AUTO_TEST_CASE(failed_save_leaves_previous_checkpoint_intact) {
   Adam opt(m.named_parameters(), 0.01);
   train(m, opt, 2);
   save_checkpoint(path, m, &opt);
-  const std::string before = read_bytes(path);
+  const std::string before = test::read_bytes(path);
   BOOST_REQUIRE(!before.empty());
   const std::vector<std::string> listing = dir.entries();
 
@@ -520,7 +497,7 @@ BOOST_AUTO_TEST_CASE(failed_save_leaves_previous_checkpoint_intact) {
     ::signal(SIGXFSZ, old_handler);
     BOOST_TEST(threw_io);
     BOOST_TEST(what.find("File too large") != std::string::npos, what);
-    BOOST_TEST(read_bytes(path) == before);
+    BOOST_TEST(test::read_bytes(path) == before);
     BOOST_TEST(dir.entries() == listing, boost::test_tools::per_element());
   }
 
@@ -529,7 +506,7 @@ BOOST_AUTO_TEST_CASE(failed_save_leaves_previous_checkpoint_intact) {
     fs::permissions(dir.path, fs::perms::owner_read | fs::perms::owner_exec);
     BOOST_CHECK_THROW(save_checkpoint(path, m, &opt), IOError);
     fs::permissions(dir.path, fs::perms::owner_all);
-    BOOST_TEST(read_bytes(path) == before);
+    BOOST_TEST(test::read_bytes(path) == before);
   } else {
     BOOST_TEST_MESSAGE("running as root: read-only directory case skipped");
   }
@@ -544,7 +521,7 @@ BOOST_AUTO_TEST_CASE(failed_save_leaves_previous_checkpoint_intact) {
   // A successful overwrite replaces it and leaves no temporary file.
   train(m, opt, 1);
   save_checkpoint(path, m, &opt);
-  BOOST_TEST(read_bytes(path) != before);
+  BOOST_TEST(test::read_bytes(path) != before);
   BOOST_TEST(dir.entries() == listing, boost::test_tools::per_element());
 }
 

@@ -378,18 +378,8 @@ BOOST_AUTO_TEST_CASE(load_state_dict_rejects_bad_state_and_changes_nothing) {
   set_grads(m, 0);
   opt.step();
   const NamedTensors good = opt.state_dict();
-  auto with = [&](const std::string& name, const Tensor& t) {
-    NamedTensors s = good;
-    for (auto& [n, v] : s)
-      if (n == name) v = t;
-    return s;
-  };
-  auto without = [&](const std::string& name) {
-    NamedTensors s;
-    for (auto& [n, v] : good)
-      if (n != name) s.emplace_back(n, v);
-    return s;
-  };
+  auto with = [&](const std::string& name, const Tensor& t) { return test::replaced(good, name, t); };
+  auto without = [&](const std::string& name) { return test::removed(good, name); };
   auto plus = [&](const std::string& name, const Tensor& t) {
     NamedTensors s = good;
     s.emplace_back(name, t);
