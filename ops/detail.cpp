@@ -1,7 +1,33 @@
 // Helpers shared by op implementations.
+#include <cblas.h>
+
+#include <algorithm>
+
 #include "xgrad/ops/detail.hpp"
 
 namespace xgrad::detail {
+
+template <class T>
+void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
+          const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // an empty sum: C = beta C
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t j = 0; j < N; ++j) C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
+    return;
+  }
+  const auto TA = trans_a ? CblasTrans : CblasNoTrans, TB = trans_b ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, TA, TB, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta,
+                C, int(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, TA, TB, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta,
+                C, int(ldc));
+}
+template void gemm<float>(bool, bool, std::size_t, std::size_t, std::size_t, float, const float*,
+                          std::size_t, const float*, std::size_t, float, float*, std::size_t);
+template void gemm<double>(bool, bool, std::size_t, std::size_t, std::size_t, double, const double*,
+                           std::size_t, const double*, std::size_t, double, double*, std::size_t);
 
 Shape broadcast_shapes(const char* op, const char* arg_a, const Shape& a, const char* arg_b,
                        const Shape& b) {

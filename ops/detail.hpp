@@ -29,6 +29,14 @@ Shape pad_left(const Shape& shape, std::size_t rank);
 // Row-major strides of a contiguous `shape`.
 std::vector<std::size_t> contiguous_strides(const Shape& shape);
 
+// C (M x N, row stride ldc) = alpha op(A) op(B) + beta C on cblas_{s,d}gemm, row-major;
+// op(A): M x K with A's row stride lda, op(B): K x N with row stride ldb. Strided operands
+// (a head's columns inside a (B, L, H*D) tensor) are passed through lda/ldb/ldc, not copied.
+// K == 0 gives C = beta C; beta == 0 never reads C.
+template <class T>
+void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
+          const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc);
+
 // Walks the row-major positions of `shape` one innermost row at a time, for two operands
 // with element strides sa and sb (0 along broadcast dims):
 //   f(offset_a, offset_b, offset_out, n, step_a, step_b)

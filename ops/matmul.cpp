@@ -1,6 +1,4 @@
 // matmul and linear on cblas_{s,d}gemm.
-#include <cblas.h>
-
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/matmul.hpp"
 #include "xgrad/ops/reduce.hpp"
@@ -10,21 +8,11 @@ namespace xgrad {
 
 namespace {
 
-// C (M x N, row-major, ldc) = alpha op(A) op(B) + beta C, op(A): M x K, op(B): K x N.
+// C (M x N, contiguous) = op(A) op(B) + beta C, op(A): M x K, op(B): K x N, contiguous.
 template <class T>
 void gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, const T* A,
           const T* B, T beta, T* C) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    if (beta == T(0)) std::fill_n(C, M * N, T(0));
-    return;
-  }
-  const int lda = int(ta ? M : K), ldb = int(tb ? K : N), ldc = int(N);
-  const auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, TA, TB, int(M), int(N), int(K), 1.0f, A, lda, B, ldb, beta, C, ldc);
-  else
-    cblas_dgemm(CblasRowMajor, TA, TB, int(M), int(N), int(K), 1.0, A, lda, B, ldb, beta, C, ldc);
+  detail::gemm<T>(ta, tb, M, N, K, T(1), A, ta ? M : K, B, tb ? K : N, beta, C, N);
 }
 
 // Batched product of rank >= 2 operands; see matmul() for shapes.
