@@ -1,6 +1,7 @@
 // Process-wide settings: BLAS threads and allocator tuning.
 #include <malloc.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -13,12 +14,20 @@ extern "C" int openblas_get_num_threads(void);
 
 namespace xgrad {
 
+namespace {
+std::atomic<int> g_threads{0};  // 0: not set yet, OpenBLAS's own default applies
+}
+
 void set_num_threads(int n) {
   if (n < 1) throw ValueError("set_num_threads: n must be >= 1, got " + std::to_string(n));
+  g_threads = n;
   openblas_set_num_threads(n);
 }
 
-int num_threads() { return openblas_get_num_threads(); }
+int num_threads() {
+  const int n = g_threads;
+  return n > 0 ? n : openblas_get_num_threads();
+}
 
 namespace {
 struct MallocTuning {

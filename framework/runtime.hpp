@@ -3,8 +3,10 @@
 
 namespace xgrad {
 
-// Threads OpenBLAS may use for one GEMM (openblas_set_num_threads). Small GEMMs are faster
-// on one thread; tests use 1. n < 1 is a ValueError.
+// Threads for one op: OpenBLAS's GEMM threads (openblas_set_num_threads) and the workers
+// of parallel_for (attention heads run in parallel). Small GEMMs are faster on one
+// thread; tests use 1. n < 1 is a ValueError. Until set, OpenBLAS's default applies
+// (OPENBLAS_NUM_THREADS, else one per core).
 void set_num_threads(int n);
 int num_threads();
 
