@@ -1,5 +1,6 @@
 // xgrad/ops/ops.hpp — every op family.
 #pragma once
+#include "xgrad/ops/attention.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/index.hpp"
 #include "xgrad/ops/mask.hpp"

@@ -1,0 +1,430 @@
+// Fused multi-head attention: forward and backward on strided head slices.
+//
+// Head h of batch b of a (B, L, H*w) operand is the column block [h*w, (h+1)*w) of its L
+// rows; GEMMs read and write it in place through their leading dimension (ld = H*w, or
+// 3*H*D for packed qkv), so heads are never split or merged by copies.
+//
+// For each (b, h) and each block of query rows [r0, r1) (r rows; with is_causal only keys
+// [0, c) with c = min(S, r1) can be visible, so the masked future is not computed):
+//   forward                                        shapes
+//     P  = scale Q K^T                             (r, c)    gemm, into the saved P
+//     P  = row softmax(P + float_mask), masked     (r, S)    zeros for keys >= c
+//     O  = P V                                     (r, Dv)   gemm
+//   backward, upstream dO (r, Dv)
+//     dP = dO V^T                                  (r, c)    gemm
+//     dV += P^T dO                                 (c, Dv)   gemm, summed over row blocks
+//     dS = P * (dP - rowsum(dP * P))               (r, c)    softmax backward (in dP)
+//     dQ = scale dS K                              (r, D)    gemm
+//     dK += scale dS^T Q                           (c, D)    gemm, summed over row blocks
+// (b, h) pairs run in parallel_for. Under create_graph the backward is instead composed of
+// differentiable xgrad ops (attention_composite_backward) so it can be differentiated again.
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "xgrad/framework/parallel.hpp"
+#include "xgrad/ops/attention.hpp"
+#include "xgrad/ops/detail.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/mask.hpp"
+#include "xgrad/ops/matmul.hpp"
+#include "xgrad/ops/shape.hpp"
+#include "xgrad/ops/softmax.hpp"
+
+namespace xgrad {
+namespace {
+
+constexpr std::size_t kCausalRowBlock = 64;  // query rows per block when skipping future keys
+
+struct Dims {
+  std::size_t B = 0, H = 0, T = 0, S = 0, D = 0, Dv = 0;
+};
+
+// Element (b, l, h, c) of a (B, L, H*width) operand: base[b * batch_stride + l * ld + h * width + c].
+template <class P>
+struct HeadView {
+  P* base = nullptr;
+  std::size_t ld = 0, batch_stride = 0, width = 0;
+  P* at(std::size_t b, std::size_t h, std::size_t row = 0) const {
+    return base ? base + b * batch_stride + row * ld + h * width : nullptr;
+  }
+};
+template <class P>
+HeadView<P> heads_of(P* data, std::size_t L, std::size_t ld, std::size_t width, std::size_t column = 0) {
+  return {data ? data + column : nullptr, ld, L * ld, width};
+}
+
+// The masks as raw pointers with (B, H, T, S) element strides (0 along broadcast dims).
+template <class T>
+struct MaskView {
+  const bool* mask = nullptr;
+  std::array<std::size_t, 4> ms{};
+  const bool* padding = nullptr;  // (B, S)
+  const T* add = nullptr;
+  std::array<std::size_t, 4> as{};
+  bool causal = false;
+};
+
+std::array<std::size_t, 4> strides4(const Shape& s, const Shape& full) {
+  const auto v = detail::broadcast_strides(detail::pad_left(s, 4), full);
+  return {v[0], v[1], v[2], v[3]};
+}
+
+template <class T>
+MaskView<T> mask_view(const AttentionMasks& m, const Dims& d) {
+  const Shape full{d.B, d.H, d.T, d.S};
+  MaskView<T> v;
+  if (m.mask.defined()) v.mask = m.mask.data<bool>(), v.ms = strides4(m.mask.shape(), full);
+  if (m.key_padding_mask.defined()) v.padding = m.key_padding_mask.data<bool>();
+  if (m.float_mask.defined()) v.add = value<T>(m.float_mask).data(), v.as = strides4(m.float_mask.shape(), full);
+  v.causal = m.is_causal;
+  return v;
+}
+
+// Row i of head (b, h): x[0, c) holds the scaled scores of the keys this row block
+// computed; on return x[0, S) holds the probabilities (0 for masked keys and keys >= c).
+template <class T>
+void softmax_row(T* x, std::size_t c, std::size_t S, std::size_t b, std::size_t h, std::size_t i,
+                 const MaskView<T>& m) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  const std::size_t n = m.causal ? std::min(c, i + 1) : c;
+  const bool* mr = m.mask ? m.mask + b * m.ms[0] + h * m.ms[1] + i * m.ms[2] : nullptr;
+  const bool* pr = m.padding ? m.padding + b * S : nullptr;
+  const T* ar = m.add ? m.add + b * m.as[0] + h * m.as[1] + i * m.as[2] : nullptr;
+  T mx = ninf;
+  for (std::size_t j = 0; j < n; ++j) {
+    T s = x[j];
+    if (ar) s += ar[j * m.as[3]];
+    if ((mr && mr[j * m.ms[3]]) || (pr && pr[j])) s = ninf;
+    x[j] = s;
+    mx = std::max(mx, s);
+  }
+  std::fill(x + n, x + S, T(0));
+  if (mx == ninf) {  // nothing visible: P = 0, never exp(-inf - -inf) = NaN
+    std::fill(x, x + n, T(0));
+    return;
+  }
+  T total = 0;
+  for (std::size_t j = 0; j < n; ++j) total += (x[j] = std::exp(x[j] - mx));
+  const T inv = T(1) / total;
+  for (std::size_t j = 0; j < n; ++j) x[j] *= inv;
+}
+
+template <class T>
+std::size_t row_block(const Dims& d, const MaskView<T>& m) {
+  return m.causal ? kCausalRowBlock : std::max<std::size_t>(d.T, 1);
+}
+
+// out (B, T, H*Dv) and the saved probabilities P (B, H, T, S).
+template <class T>
+void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
+                    const MaskView<T>& m, T* P, HeadView<T> out) {
+  const std::size_t rb = row_block(d, m);
+  parallel_for(d.B * d.H, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t bh = begin; bh < end; ++bh) {
+      const std::size_t b = bh / d.H, h = bh % d.H;
+      T* Pbh = P + bh * d.T * d.S;
+      for (std::size_t r0 = 0; r0 < d.T; r0 += rb) {
+        const std::size_t r1 = std::min(d.T, r0 + rb), r = r1 - r0, c = m.causal ? std::min(d.S, r1) : d.S;
+        T* Pr = Pbh + r0 * d.S;
+        detail::gemm<T>(false, true, r, c, d.D, scale, q.at(b, h, r0), q.ld, k.at(b, h), k.ld, T(0), Pr, d.S);
+        for (std::size_t i = r0; i < r1; ++i) softmax_row(Pbh + i * d.S, c, d.S, b, h, i, m);
+        detail::gemm<T>(false, false, r, d.Dv, c, T(1), Pr, d.S, v.at(b, h), v.ld, T(0), out.at(b, h, r0), out.ld);
+      }
+    }
+  });
+}
+
+// Gradients into dq, dk, dv (a view with base nullptr is skipped); dk and dv are zeroed
+// here, then accumulated over the row blocks.
+template <class T>
+void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
+                     const T* P, const MaskView<T>& m, HeadView<const T> dout, HeadView<T> dq, HeadView<T> dk,
+                     HeadView<T> dv) {
+  const std::size_t rb = row_block(d, m);
+  parallel_for(d.B * d.H, [&](std::size_t begin, std::size_t end) {
+    std::vector<T> dP(std::min(rb, d.T) * d.S);  // (r, c), row stride c
+    for (std::size_t bh = begin; bh < end; ++bh) {
+      const std::size_t b = bh / d.H, h = bh % d.H;
+      const T* Pbh = P + bh * d.T * d.S;
+      for (std::size_t s = 0; s < d.S; ++s) {
+        if (dk.base) std::fill_n(dk.at(b, h, s), d.D, T(0));
+        if (dv.base) std::fill_n(dv.at(b, h, s), d.Dv, T(0));
+      }
+      for (std::size_t r0 = 0; r0 < d.T; r0 += rb) {
+        const std::size_t r1 = std::min(d.T, r0 + rb), r = r1 - r0, c = m.causal ? std::min(d.S, r1) : d.S;
+        const T* Pr = Pbh + r0 * d.S;
+        const T* dO = dout.at(b, h, r0);
+        if (dv.base) detail::gemm<T>(true, false, c, d.Dv, r, T(1), Pr, d.S, dO, dout.ld, T(1), dv.at(b, h), dv.ld);
+        if (!dq.base && !dk.base) continue;
+        detail::gemm<T>(false, true, r, c, d.Dv, T(1), dO, dout.ld, v.at(b, h), v.ld, T(0), dP.data(), c);
+        for (std::size_t i = 0; i < r; ++i) {
+          const T* p = Pr + i * d.S;
+          T* g = dP.data() + i * c;
+          T dot = 0;
+          for (std::size_t j = 0; j < c; ++j) dot += g[j] * p[j];
+          for (std::size_t j = 0; j < c; ++j) g[j] = p[j] * (g[j] - dot);
+        }
+        if (dq.base) detail::gemm<T>(false, false, r, d.D, c, scale, dP.data(), c, k.at(b, h), k.ld, T(0), dq.at(b, h, r0), dq.ld);
+        if (dk.base) detail::gemm<T>(true, false, c, d.D, r, scale, dP.data(), c, q.at(b, h, r0), q.ld, T(1), dk.at(b, h), dk.ld);
+      }
+    }
+  });
+}
+
+// --- argument checks ---------------------------------------------------------------------
+
+std::string qkv_shapes(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return "q " + shape_str(q.shape()) + ", k " + shape_str(k.shape()) + ", v " + shape_str(v.shape());
+}
+
+Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, std::size_t H) {
+  check_same_float(op, "q", q, "k", k);
+  check_same_float(op, "q", q, "v", v);
+  if (q.dim() != 3 || k.dim() != 3 || v.dim() != 3)
+    throw ShapeError(std::string(op) + ": 'q', 'k', 'v' must be (B, L, features); got " + qkv_shapes(q, k, v));
+  Dims d;
+  d.B = q.shape()[0], d.T = q.shape()[1], d.S = k.shape()[1], d.H = H;
+  if (k.shape()[0] != d.B || v.shape()[0] != d.B || v.shape()[1] != d.S || k.shape()[2] != q.shape()[2])
+    throw ShapeError(std::string(op) + ": expected q (B, T, E), k (B, S, E), v (B, S, Ev); got " + qkv_shapes(q, k, v));
+  if (H == 0 || q.shape()[2] % H != 0 || v.shape()[2] % H != 0)
+    throw ShapeError(std::string(op) + ": num_heads " + std::to_string(H) +
+                     " must divide the features of q and v; got " + qkv_shapes(q, k, v));
+  d.D = q.shape()[2] / H, d.Dv = v.shape()[2] / H;
+  return d;
+}
+
+void check_masks(const char* op, const AttentionMasks& m, const Dims& d, DType dtype) {
+  const Shape full{d.B, d.H, d.T, d.S};
+  if (m.mask.defined()) {
+    if (m.mask.dtype() != DType::Bool)
+      throw DTypeError(std::string(op) + ": argument 'mask' must be bool (true = masked), got " + dtype_name(m.mask.dtype()));
+    if (m.mask.dim() > 4 || detail::broadcast_shapes(op, "mask", m.mask.shape(), "scores", full) != full)
+      throw ShapeError(std::string(op) + ": argument 'mask' " + shape_str(m.mask.shape()) +
+                       " does not broadcast to the scores (B, H, T, S) = " + shape_str(full));
+  }
+  if (m.key_padding_mask.defined()) {
+    if (m.key_padding_mask.dtype() != DType::Bool)
+      throw DTypeError(std::string(op) + ": argument 'key_padding_mask' must be bool (true = padding), got " +
+                       dtype_name(m.key_padding_mask.dtype()));
+    if (m.key_padding_mask.shape() != Shape{d.B, d.S})
+      throw ShapeError(std::string(op) + ": argument 'key_padding_mask' " + shape_str(m.key_padding_mask.shape()) +
+                       " must be (B, S) = " + shape_str({d.B, d.S}));
+  }
+  if (m.float_mask.defined()) {
+    if (m.float_mask.dtype() != dtype)
+      throw DTypeError(std::string(op) + ": argument 'float_mask' is " + dtype_name(m.float_mask.dtype()) +
+                       " but q is " + dtype_name(dtype));
+    if (m.float_mask.dim() > 4 ||
+        detail::broadcast_shapes(op, "float_mask", m.float_mask.shape(), "scores", full) != full)
+      throw ShapeError(std::string(op) + ": argument 'float_mask' " + shape_str(m.float_mask.shape()) +
+                       " does not broadcast to the scores (B, H, T, S) = " + shape_str(full));
+  }
+}
+
+double resolve_scale(const char* op, double scale, const Dims& d) {
+  if (!std::isfinite(scale))
+    throw ValueError(std::string(op) + ": argument 'scale' must be finite, got " + std::to_string(scale));
+  if (scale != 0) return scale;
+  return d.D > 0 ? 1.0 / std::sqrt(double(d.D)) : 1.0;
+}
+
+// One bool mask (true = masked) combining mask, key padding and causality, or undefined.
+Tensor combined_bool_mask(const AttentionMasks& m, const Dims& d) {
+  Tensor out;
+  auto add = [&](const Tensor& x) { out = out.defined() ? logical_or(out, x) : x; };
+  if (m.mask.defined()) add(m.mask);
+  if (m.key_padding_mask.defined()) add(reshape(m.key_padding_mask, {d.B, 1, 1, d.S}));
+  if (m.is_causal) add(causal_mask(d.T, d.S));
+  return out;
+}
+
+// Probabilities (B, H, T, S) from differentiable ops.
+Tensor composite_probs(const Tensor& q, const Tensor& k, const AttentionMasks& m, const Dims& d, double scale) {
+  Tensor scores = mul_scalar(matmul(split_heads(q, d.H), split_heads(k, d.H), false, true), scale);
+  if (m.float_mask.defined()) scores = add(scores, m.float_mask);
+  const Tensor mask = combined_bool_mask(m, d);
+  return mask.defined() ? masked_softmax(scores, mask, -1) : softmax(scores, -1);
+}
+
+// The kernel's backward formulas in differentiable ops (used under create_graph):
+//   dV = merge(P^T dO)   dS = softmax_backward(P, dO V^T)   dQ = scale merge(dS K)
+//   dK = scale merge(dS^T Q)
+std::array<Tensor, 3> composite_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                         const AttentionMasks& m, const Dims& d, double scale) {
+  const Tensor p = composite_probs(q, k, m, d, scale);  // (B,H,T,S)
+  const Tensor gh = split_heads(g, d.H);                 // (B,H,T,Dv)
+  const Tensor dv = merge_heads(matmul(p, gh, true, false));
+  const Tensor ds = mul_scalar(softmax_backward(p, matmul(gh, split_heads(v, d.H), false, true), -1), scale);
+  const Tensor dq = merge_heads(matmul(ds, split_heads(k, d.H)));
+  const Tensor dk = merge_heads(matmul(ds, split_heads(q, d.H), true, false));
+  return {dq, dk, dv};
+}
+
+// The fused op over q, k, v given as (data, row stride, first column) inside `inputs`
+// (three tensors, or one packed qkv).
+Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d, const AttentionMasks& masks,
+                       double scale) {
+  const bool packed = inputs.size() == 1;
+  const std::size_t E = d.H * d.D, Ev = d.H * d.Dv;
+  // qkv columns: [0, E) q, [E, 2E) k, [2E, 2E + Ev) v
+  auto views = [packed, E, Ev, d](auto* q, auto* k, auto* v) {
+    using P = std::remove_pointer_t<decltype(q)>;
+    if (packed) {
+      const std::size_t ld = 2 * E + Ev;
+      return std::array<HeadView<P>, 3>{heads_of(q, d.T, ld, d.D, 0), heads_of(q, d.T, ld, d.D, E),
+                                        heads_of(q, d.T, ld, d.Dv, 2 * E)};
+    }
+    return std::array<HeadView<P>, 3>{heads_of(q, d.T, E, d.D), heads_of(k, d.S, E, d.D), heads_of(v, d.S, Ev, d.Dv)};
+  };
+  Tensor probs;
+  Tensor out = dispatch_float(op, inputs[0].dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* q = value<T>(inputs[0]).data();
+    const T* k = packed ? q : value<T>(inputs[1]).data();
+    const T* v = packed ? q : value<T>(inputs[2]).data();
+    auto P = empty_array<T>({d.B, d.H, d.T, d.S});
+    auto o = empty_array<T>({d.B, d.T, Ev});
+    const auto in = views(q, k, v);
+    forward_kernel<T>(d, T(scale), in[0], in[1], in[2], mask_view<T>(masks, d), P.data(),
+                      heads_of(o.data(), d.T, Ev, d.Dv));
+    probs = make_tensor(std::move(P));
+    return make_tensor(std::move(o));
+  });
+  return record(op, out, inputs, [=](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    if (is_grad_enabled()) {  // create_graph: differentiable formulas
+      const Tensor& x = n.input(0);
+      if (packed) {
+        const auto gr = composite_backward(narrow(x, 2, 0, E), narrow(x, 2, E, E), narrow(x, 2, 2 * E, Ev), g,
+                                           masks, d, scale);
+        return {concat({gr[0], gr[1], gr[2]}, 2)};
+      }
+      const auto gr = composite_backward(x, n.input(1), n.input(2), g, masks, d, scale);
+      return {n.needs_grad(0) ? gr[0] : Tensor(), n.needs_grad(1) ? gr[1] : Tensor(),
+              n.needs_grad(2) ? gr[2] : Tensor()};
+    }
+    return dispatch_float(op, g.dtype(), [&](auto zero) -> std::vector<Tensor> {
+      using T = decltype(zero);
+      const T* q = value<T>(n.input(0)).data();
+      const T* k = packed ? q : value<T>(n.input(1)).data();
+      const T* v = packed ? q : value<T>(n.input(2)).data();
+      const auto in = views(q, k, v);
+      const auto dO = heads_of(value<T>(g).data(), d.T, Ev, d.Dv);
+      std::vector<xt::xarray<T>> grads;
+      std::array<HeadView<T>, 3> out{};
+      if (packed) {
+        grads.push_back(empty_array<T>(n.input(0).shape()));
+        out = views(grads[0].data(), grads[0].data(), grads[0].data());
+      } else {
+        for (std::size_t i = 0; i < 3; ++i) grads.push_back(empty_array<T>(n.needs_grad(i) ? n.input(i).shape() : Shape{0}));
+        const auto all = views(grads[0].data(), grads[1].data(), grads[2].data());
+        for (std::size_t i = 0; i < 3; ++i)
+          if (n.needs_grad(i)) out[i] = all[i];
+      }
+      backward_kernel<T>(d, T(scale), in[0], in[1], in[2], value<T>(probs).data(), mask_view<T>(masks, d), dO,
+                         out[0], out[1], out[2]);
+      std::vector<Tensor> result;
+      for (std::size_t i = 0; i < grads.size(); ++i)
+        result.push_back(packed || n.needs_grad(i) ? make_tensor(std::move(grads[i])) : Tensor());
+      return result;
+    });
+  });
+}
+
+bool mask_needs_grad(const AttentionMasks& m) {
+  return m.float_mask.defined() && m.float_mask.requires_grad() && is_grad_enabled();
+}
+
+}  // namespace
+
+AttentionResult attention_reference(const Tensor& q, const Tensor& k, const Tensor& v, std::size_t num_heads,
+                                    const AttentionMasks& masks, double scale,
+                                    const std::function<Tensor(const Tensor&)>& transform_weights) {
+  const char* op = "attention";
+  const Dims d = check_qkv(op, q, k, v, num_heads);
+  check_masks(op, masks, d, q.dtype());
+  Tensor p = composite_probs(q, k, masks, d, resolve_scale(op, scale, d));
+  if (transform_weights) p = transform_weights(p);
+  return {merge_heads(matmul(p, split_heads(v, d.H))), p};
+}
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, std::size_t num_heads,
+                 const AttentionMasks& masks, double scale) {
+  const char* op = "attention";
+  const Dims d = check_qkv(op, q, k, v, num_heads);
+  check_masks(op, masks, d, q.dtype());
+  scale = resolve_scale(op, scale, d);
+  if (mask_needs_grad(masks)) return attention_reference(q, k, v, num_heads, masks, scale).out;
+  return fused_attention(op, {q, k, v}, d, masks, scale);
+}
+
+Tensor attention_packed(const Tensor& qkv, std::size_t num_heads, const AttentionMasks& masks, double scale) {
+  const char* op = "attention_packed";
+  check_float(op, "qkv", qkv);
+  if (qkv.dim() != 3 || num_heads == 0 || qkv.shape()[2] % (3 * num_heads) != 0)
+    throw ShapeError(std::string(op) + ": argument 'qkv' " + shape_str(qkv.shape()) +
+                     " must be (B, T, 3 * E) with E divisible by num_heads " + std::to_string(num_heads));
+  const std::size_t E = qkv.shape()[2] / 3;
+  Dims d;
+  d.B = qkv.shape()[0], d.T = d.S = qkv.shape()[1], d.H = num_heads, d.D = d.Dv = E / num_heads;
+  check_masks(op, masks, d, qkv.dtype());
+  scale = resolve_scale(op, scale, d);
+  if (mask_needs_grad(masks))
+    return attention_reference(narrow(qkv, 2, 0, E), narrow(qkv, 2, E, E), narrow(qkv, 2, 2 * E, E), num_heads,
+                               masks, scale)
+        .out;
+  return fused_attention(op, {qkv}, d, masks, scale);
+}
+
+// --- registration ----------------------------------------------------------------------
+namespace {
+// B 2, T 3, S 4, H 2, D 2, Dv 3.
+std::vector<Tensor> qkv_sample(Rng& r) {
+  return {sample_randn({2, 3, 4}, r), sample_randn({2, 4, 4}, r), sample_randn({2, 4, 6}, r)};
+}
+// Row 1 of every head of batch 0 fully masked; batch 1's last key is padding.
+AttentionMasks sample_masks(bool causal) {
+  AttentionMasks m;
+  m.mask = bool_tensor({false, false, true, false, true, true, true, true, false, false, false, false}, {3, 4});
+  m.key_padding_mask = bool_tensor({false, false, false, false, false, false, false, true}, {2, 4});
+  m.is_causal = causal;
+  return m;
+}
+}  // namespace
+
+XGRAD_REGISTER_OP({"attention", [](const auto& x) { return attention(x[0], x[1], x[2], 2); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"B2 T3 S4 H2 D2 Dv3", qkv_sample(r)},
+                             {"T1 S1 D2 Dv1", {sample_randn({1, 1, 4}, r), sample_randn({1, 1, 4}, r), sample_randn({1, 1, 2}, r)}}};
+                   }});
+XGRAD_REGISTER_OP({"attention(masks)",
+                   [](const auto& x) { return attention(x[0], x[1], x[2], 2, sample_masks(false)); },
+                   [](Rng& r) -> std::vector<OpSample> { return {{"mask (3,4) + key padding", qkv_sample(r)}}; }});
+XGRAD_REGISTER_OP({"attention(causal, masks)",
+                   [](const auto& x) { return attention(x[0], x[1], x[2], 2, sample_masks(true)); },
+                   [](Rng& r) -> std::vector<OpSample> { return {{"causal + mask + key padding", qkv_sample(r)}}; }});
+XGRAD_REGISTER_OP({"attention(float mask)",
+                   [](const auto& x) {
+                     AttentionMasks m;
+                     m.float_mask = x[3];
+                     return attention(x[0], x[1], x[2], 2, m, 0.7);
+                   },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     auto s = qkv_sample(r);
+                     auto c = qkv_sample(r);
+                     const double ninf = -std::numeric_limits<double>::infinity();
+                     s.push_back(sample_randn({2, 1, 3, 4}, r));  // differentiable: composite path
+                     c.push_back(tensor({0.5, ninf, -1, 0, 0, 0.25, ninf, 2, 1, -0.5, 0, 0}, {3, 4}, DType::Float64));
+                     return {{"float mask (2,1,3,4) requiring grad", s}, {"constant (3,4) with -inf", c}};
+                   }});
+XGRAD_REGISTER_OP({"attention_packed", [](const auto& x) { return attention_packed(x[0], 2); },
+                   [](Rng& r) -> std::vector<OpSample> { return {{"qkv (2,4,12)", {sample_randn({2, 4, 12}, r)}}}; }});
+XGRAD_REGISTER_OP({"attention_packed(causal, masks)",
+                   [](const auto& x) {
+                     AttentionMasks m = sample_masks(true);
+                     m.mask = bool_tensor({false, false, false, true}, {4});  // key 3 masked for everyone
+                     return attention_packed(x[0], 2, m);
+                   },
+                   [](Rng& r) -> std::vector<OpSample> { return {{"qkv (2,4,12) causal", {sample_randn({2, 4, 12}, r)}}}; }});
+
+}  // namespace xgrad

@@ -1,0 +1,255 @@
+// The fused attention op against an independent loop implementation (forward) and against
+// attention_reference, its composition from registered ops (forward and backward, with a
+// random upstream gradient), over masks, causal row blocks, packed qkv and threads.
+// Gradchecks and gradgradchecks of the op itself run in the registry suite.
+#include <cmath>
+#include <limits>
+
+#include "helpers.hpp"
+
+using namespace xgrad;
+using xgrad::test::allclose;
+
+namespace {
+
+struct Case {
+  std::size_t B, T, S, H, D, Dv;
+};
+
+// out[b, t, h*Dv + c] by plain loops in double, mask(b, h, t, s) true = masked.
+template <class Masked, class Add>
+std::vector<double> naive_attention(const Case& c, const std::vector<double>& q, const std::vector<double>& k,
+                                    const std::vector<double>& v, double scale, Masked masked, Add added) {
+  const std::size_t E = c.H * c.D, Ev = c.H * c.Dv;
+  std::vector<double> out(c.B * c.T * Ev, 0.0);
+  for (std::size_t b = 0; b < c.B; ++b)
+    for (std::size_t h = 0; h < c.H; ++h)
+      for (std::size_t t = 0; t < c.T; ++t) {
+        std::vector<double> w(c.S, 0.0);
+        double mx = -INFINITY;
+        for (std::size_t s = 0; s < c.S; ++s) {
+          if (masked(b, h, t, s)) continue;
+          double dot = 0;
+          for (std::size_t i = 0; i < c.D; ++i) dot += q[(b * c.T + t) * E + h * c.D + i] * k[(b * c.S + s) * E + h * c.D + i];
+          w[s] = dot * scale + added(b, h, t, s);
+          mx = std::max(mx, w[s]);
+        }
+        if (mx == -INFINITY) continue;  // nothing visible: zeros
+        double total = 0;
+        for (std::size_t s = 0; s < c.S; ++s) total += w[s] = masked(b, h, t, s) ? 0.0 : std::exp(w[s] - mx);
+        for (std::size_t s = 0; s < c.S; ++s)
+          for (std::size_t j = 0; j < c.Dv; ++j)
+            out[(b * c.T + t) * Ev + h * c.Dv + j] += w[s] / total * v[(b * c.S + s) * Ev + h * c.Dv + j];
+      }
+  return out;
+}
+
+struct Inputs {
+  Tensor q, k, v, g;
+};
+Inputs random_inputs(const Case& c, Rng& rng, DType dt = DType::Float64) {
+  auto leaf = [&](const Shape& s) {
+    Tensor t = randn(s, rng, dt);
+    t.set_requires_grad(true);
+    return t;
+  };
+  return {leaf({c.B, c.T, c.H * c.D}), leaf({c.B, c.S, c.H * c.D}), leaf({c.B, c.S, c.H * c.Dv}),
+          randn({c.B, c.T, c.H * c.Dv}, rng, dt)};
+}
+
+// Fused output and input gradients (random upstream g) vs attention_reference's.
+void check_against_reference(const Case& c, const AttentionMasks& m, Rng& rng, double tol = 1e-12) {
+  Inputs in = random_inputs(c, rng);
+  Tensor fused = attention(in.q, in.k, in.v, c.H, m);
+  Tensor ref = attention_reference(in.q, in.k, in.v, c.H, m).out;
+  BOOST_TEST(allclose(fused, ref, tol, tol));
+  auto gf = grad({fused}, {in.q, in.k, in.v}, {in.g});
+  auto gr = grad({ref}, {in.q, in.k, in.v}, {in.g});
+  for (std::size_t i = 0; i < 3; ++i) {
+    BOOST_TEST_CONTEXT("gradient " << "qkv"[i]) BOOST_TEST(allclose(gf[i], gr[i], tol, tol));
+    for (double x : gf[i].to_vector()) BOOST_TEST_REQUIRE(std::isfinite(x));
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(attention_op)
+
+BOOST_AUTO_TEST_CASE(forward_matches_plain_loops_with_every_mask_kind) {
+  Rng rng(11);
+  const Case c{2, 5, 6, 2, 3, 4};
+  Inputs in = random_inputs(c, rng);
+  AttentionMasks m;
+  m.mask = bool_tensor({false, false, false, false, true, false,  //
+                        true, true, true, true, true, true,        // query 1: fully masked
+                        false, false, false, false, false, false,  //
+                        false, true, false, true, false, true,     //
+                        false, false, false, false, false, false},
+                       {5, 6});
+  m.key_padding_mask = bool_tensor({false, false, false, false, false, false,  //
+                                    false, false, false, false, true, true},
+                                   {2, 6});
+  m.float_mask = randn({2, 1, 5, 6}, rng, DType::Float64);
+  m.is_causal = true;
+  const auto mv = m.mask.to_vector(), pv = m.key_padding_mask.to_vector(), fv = m.float_mask.to_vector();
+  auto masked = [&](std::size_t b, std::size_t, std::size_t t, std::size_t s) {
+    return mv[t * 6 + s] != 0 || pv[b * 6 + s] != 0 || s > t;
+  };
+  auto added = [&](std::size_t b, std::size_t, std::size_t t, std::size_t s) { return fv[(b * 5 + t) * 6 + s]; };
+  const double scale = 1 / std::sqrt(3.0);
+  const auto expected = naive_attention(c, in.q.to_vector(), in.k.to_vector(), in.v.to_vector(), scale, masked, added);
+  BOOST_TEST(allclose(attention(in.q, in.k, in.v, c.H, m), expected, 1e-13, 1e-14));
+  // Query 1 sees nothing: its output is exactly zero.
+  const auto out = attention(in.q, in.k, in.v, c.H, m).to_vector();
+  for (std::size_t j = 0; j < c.H * c.Dv; ++j) BOOST_TEST(out[(0 * c.T + 1) * c.H * c.Dv + j] == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(custom_scale_matches_plain_loops) {
+  Rng rng(12);
+  const Case c{1, 3, 4, 3, 2, 2};
+  Inputs in = random_inputs(c, rng);
+  auto none = [](std::size_t, std::size_t, std::size_t, std::size_t) { return false; };
+  auto zero = [](std::size_t, std::size_t, std::size_t, std::size_t) { return 0.0; };
+  const auto expected = naive_attention(c, in.q.to_vector(), in.k.to_vector(), in.v.to_vector(), 2.5, none, zero);
+  BOOST_TEST(allclose(attention(in.q, in.k, in.v, c.H, {}, 2.5), expected, 1e-13, 1e-14));
+}
+
+BOOST_AUTO_TEST_CASE(fused_matches_reference_forward_and_backward) {
+  Rng rng(13);
+  AttentionMasks none;
+  check_against_reference({2, 4, 4, 2, 3, 3}, none, rng);
+  check_against_reference({1, 3, 7, 1, 5, 2}, none, rng);  // cross attention, Dv != D
+  AttentionMasks causal;
+  causal.is_causal = true;
+  check_against_reference({2, 6, 6, 3, 2, 2}, causal, rng);
+  // Longer than one causal row block (64 rows): the future-key skipping path.
+  check_against_reference({1, 150, 150, 2, 4, 4}, causal, rng);
+  check_against_reference({1, 130, 70, 1, 3, 2}, causal, rng);  // more queries than keys
+  check_against_reference({1, 70, 130, 1, 3, 2}, causal, rng);  // more keys than queries
+  AttentionMasks padded;
+  padded.key_padding_mask = bool_tensor({false, true, false, true, true, true, true, true}, {2, 4});  // batch 1 all padding
+  padded.is_causal = true;
+  check_against_reference({2, 4, 4, 2, 2, 2}, padded, rng);
+  AttentionMasks per_head;  // (B, H, T, S) mask
+  std::vector<bool> bits(2 * 2 * 3 * 5);
+  for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = (i * 7 + 3) % 4 == 0;
+  per_head.mask = bool_tensor(bits, {2, 2, 3, 5});
+  check_against_reference({2, 3, 5, 2, 2, 3}, per_head, rng);
+  AttentionMasks additive;
+  additive.float_mask = randn({3, 5}, rng, DType::Float64);  // constant: fused path
+  check_against_reference({2, 3, 5, 2, 2, 3}, additive, rng);
+}
+
+BOOST_AUTO_TEST_CASE(packed_qkv_equals_three_separate_inputs) {
+  Rng rng(14);
+  const std::size_t B = 2, T = 70, E = 8, H = 2;  // T > 64: several causal row blocks
+  Tensor qkv = randn({B, T, 3 * E}, rng, DType::Float64);
+  qkv.set_requires_grad(true);
+  Tensor g = randn({B, T, E}, rng, DType::Float64);
+  AttentionMasks m;
+  m.is_causal = true;
+  m.key_padding_mask = zeros({B, T}, DType::Bool);
+  Tensor packed = attention_packed(qkv, H, m);
+  Tensor dqkv = grad({packed}, {qkv}, {g})[0];
+  Tensor q = narrow(qkv, 2, 0, E), k = narrow(qkv, 2, E, E), v = narrow(qkv, 2, 2 * E, E);
+  Tensor separate = attention(q, k, v, H, m);
+  BOOST_TEST(allclose(packed, separate, 1e-14, 1e-14));
+  Tensor dsep = grad({separate}, {qkv}, {g})[0];
+  BOOST_TEST(allclose(dqkv, dsep, 1e-12, 1e-13));
+}
+
+BOOST_AUTO_TEST_CASE(two_threads_give_the_same_bits) {
+  Rng rng(15);
+  const Case c{2, 80, 80, 4, 8, 8};
+  Inputs in = random_inputs(c, rng, DType::Float32);
+  AttentionMasks m;
+  m.is_causal = true;
+  auto run = [&] {
+    Tensor out = attention(in.q, in.k, in.v, c.H, m);
+    auto grads = grad({out}, {in.q, in.k, in.v}, {in.g});
+    std::vector<double> all = out.to_vector();
+    for (auto& t : grads) {
+      auto v = t.to_vector();
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  };
+  const auto one = run();
+  set_num_threads(2);
+  std::vector<double> two;
+  try {
+    two = run();
+  } catch (...) {
+    set_num_threads(1);
+    throw;
+  }
+  set_num_threads(1);
+  BOOST_TEST(one == two);
+  BOOST_TEST(num_threads() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(fully_masked_rows_give_zero_output_and_zero_finite_gradients) {
+  Rng rng(16);
+  const Case c{1, 3, 3, 1, 2, 2};
+  Inputs in = random_inputs(c, rng, DType::Float32);
+  AttentionMasks m;
+  m.key_padding_mask = bool_tensor({true, true, true}, {1, 3});  // every key is padding
+  Tensor out = attention(in.q, in.k, in.v, 1, m);
+  for (double x : out.to_vector()) BOOST_TEST(x == 0.0);
+  for (const Tensor& gi : grad({out}, {in.q, in.k, in.v}, {in.g}))
+    for (double x : gi.to_vector()) BOOST_TEST(x == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(empty_sizes) {
+  Rng rng(17);
+  for (const Case& c : {Case{0, 3, 3, 2, 2, 2}, Case{2, 0, 3, 2, 2, 2}, Case{2, 3, 0, 2, 2, 2}, Case{1, 2, 2, 2, 0, 1}}) {
+    Inputs in = random_inputs(c, rng);
+    AttentionMasks m;
+    m.is_causal = true;
+    Tensor out = attention(in.q, in.k, in.v, c.H, m);
+    BOOST_TEST(out.shape() == (Shape{c.B, c.T, c.H * c.Dv}));
+    Tensor ref = attention_reference(in.q, in.k, in.v, c.H, m).out;
+    BOOST_TEST(allclose(out, ref, 1e-14, 1e-14));
+    auto gf = grad({out}, {in.q, in.k, in.v}, {in.g});
+    auto gr = grad({ref}, {in.q, in.k, in.v}, {in.g});
+    for (std::size_t i = 0; i < 3; ++i) BOOST_TEST(allclose(gf[i], gr[i], 1e-14, 1e-14));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_arguments_name_the_op_argument_and_shapes) {
+  Rng rng(18);
+  Tensor q = randn({2, 3, 4}, rng), k = randn({2, 5, 4}, rng), v = randn({2, 5, 6}, rng);
+  auto expect = [](auto fn, const char* kind, std::vector<std::string> parts) {
+    try {
+      fn();
+      BOOST_ERROR("no exception; expected " << kind);
+    } catch (const Error& e) {
+      BOOST_TEST(std::string(xgrad::test::error_kind(e)) == kind);
+      for (const auto& p : parts) BOOST_TEST_CONTEXT(e.what()) BOOST_TEST(std::string(e.what()).find(p) != std::string::npos);
+    }
+  };
+  expect([&] { attention(q, randn({2, 5, 3}, rng), v, 2); }, "ShapeError", {"attention", "(2, 5, 3)"});
+  expect([&] { attention(q, k, randn({2, 4, 6}, rng), 2); }, "ShapeError", {"attention", "v (2, 4, 6)"});
+  expect([&] { attention(q, k, v, 3); }, "ShapeError", {"num_heads 3", "q (2, 3, 4)"});
+  expect([&] { attention(q, k, v, 0); }, "ShapeError", {"num_heads 0"});
+  expect([&] { attention(reshape(q, {6, 4}), k, v, 2); }, "ShapeError", {"q (6, 4)"});
+  expect([&] { attention(q.to(DType::Float64), k, v, 2); }, "DTypeError", {"attention", "'k'"});
+  AttentionMasks m;
+  m.mask = zeros({3, 4}, DType::Bool);
+  expect([&] { attention(q, k, v, 2, m); }, "ShapeError", {"'mask' (3, 4)", "(2, 2, 3, 5)"});
+  m.mask = zeros({3, 5});
+  expect([&] { attention(q, k, v, 2, m); }, "DTypeError", {"'mask'", "float32"});
+  m = {};
+  m.key_padding_mask = zeros({2, 3}, DType::Bool);
+  expect([&] { attention(q, k, v, 2, m); }, "ShapeError", {"'key_padding_mask' (2, 3)", "(2, 5)"});
+  m = {};
+  m.float_mask = zeros({3, 5}, DType::Float64);
+  expect([&] { attention(q, k, v, 2, m); }, "DTypeError", {"'float_mask'", "float64"});
+  m.float_mask = zeros({2, 3, 3, 5});
+  expect([&] { attention(q, k, v, 2, m); }, "ShapeError", {"'float_mask' (2, 3, 3, 5)"});
+  expect([&] { attention(q, k, v, 2, {}, std::nan("")); }, "ValueError", {"'scale'"});
+  expect([&] { attention_packed(randn({2, 3, 10}, rng), 2); }, "ShapeError", {"attention_packed", "'qkv' (2, 3, 10)"});
+  expect([&] { attention_packed(zeros({2, 3, 12}, DType::Int64), 2); }, "DTypeError", {"attention_packed", "'qkv'"});
+}
+
+BOOST_AUTO_TEST_SUITE_END()
