@@ -1,7 +1,7 @@
-// Multi-head attention from registered ops.
-//   q = query W_q^T + b_q (B,T,E) -> (B,H,T,D);  k, v likewise (B,H,S,D);  D = E / H
-//   scores = (q / sqrt(D)) k^T (B,H,T,S) [+ float mask];  p = masked_softmax(scores, bool mask)
-//   out = out_proj(merge_heads(p v)) (B,T,E)
+// Multi-head attention: projections, the attention op (ops/attention.hpp), out_proj.
+//   q = query W_q^T + b_q (B,T,E);  k, v likewise (B,S,E)     (self-attention: one GEMM, packed)
+//   per head: p = softmax(q_h k_h^T / sqrt(D) [+ float mask], bool masks)  (B,H,T,S)
+//   out = out_proj(concat_h(p v_h)) (B,T,E)
 #include <cmath>
 
 #include "xgrad/models/attention.hpp"
@@ -78,30 +78,10 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& query, const Tensor& k
                      "), key (B, S, " + std::to_string(kdim) + "), value (B, S, " +
                      std::to_string(vdim) + "); got " + shapes_of(query, key, value));
 
-  // Projections: one GEMM each, on row blocks of the packed weight (slicing the small
-  // weight is cheaper than slicing the (B, L, 3E) activations and their gradients).
-  Tensor q, k, v;
-  auto bias_part = [&](std::size_t i) {
-    return in_proj_bias.defined() ? narrow(in_proj_bias, 0, i * E, E) : Tensor();
-  };
-  if (in_proj_weight.defined()) {
-    q = linear(query, narrow(in_proj_weight, 0, 0, E), bias_part(0));
-    k = linear(key, narrow(in_proj_weight, 0, E, E), bias_part(1));
-    v = linear(value, narrow(in_proj_weight, 0, 2 * E, E), bias_part(2));
-  } else {
-    q = linear(query, q_proj_weight, bias_part(0));
-    k = linear(key, k_proj_weight, bias_part(1));
-    v = linear(value, v_proj_weight, bias_part(2));
-  }
-  q = split_heads(mul_scalar(q, 1.0 / std::sqrt(double(head_dim))), H);  // (B,H,T,D)
-  k = split_heads(k, H);                                                   // (B,H,S,D)
-  v = split_heads(v, H);                                                   // (B,H,S,D)
-  Tensor scores = matmul(q, k, false, true);                               // (B,H,T,S)
+  // Masks: validated here for MultiHeadAttention's own message, applied inside the op.
+  AttentionMasks masks;
+  masks.is_causal = opt.is_causal;
   const Shape full{B, H, T, S};
-
-  // Masks: one bool mask (true = masked) plus an optional additive float mask.
-  Tensor bool_mask;
-  auto combine = [&](const Tensor& m) { bool_mask = bool_mask.defined() ? logical_or(bool_mask, m) : m; };
   if (opt.attn_mask.defined()) {
     Tensor m = opt.attn_mask;
     if (m.dim() == 3 && m.shape() == Shape{B * H, T, S}) m = reshape(m, full);  // PyTorch's 3-D form
@@ -117,12 +97,12 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& query, const Tensor& k
                        " must be (T, S) = (" + std::to_string(T) + ", " + std::to_string(S) +
                        "), (B*H, T, S) or broadcastable to (B, H, T, S) = " + shape_str(full));
     if (m.dtype() == DType::Bool) {
-      combine(m);
+      masks.mask = m;
     } else if (is_float(m.dtype())) {
-      if (m.dtype() != scores.dtype())
+      if (m.dtype() != dt)
         throw DTypeError(std::string(op) + ": float 'attn_mask' is " + dtype_name(m.dtype()) +
-                         " but the inputs are " + dtype_name(scores.dtype()));
-      scores = add(scores, m);
+                         " but the inputs are " + dtype_name(dt));
+      masks.float_mask = m;
     } else {
       throw DTypeError(std::string(op) + ": 'attn_mask' must be bool or float, got " +
                        dtype_name(m.dtype()));
@@ -136,16 +116,36 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& query, const Tensor& k
     if (m.shape() != Shape{B, S})
       throw ShapeError(std::string(op) + ": argument 'key_padding_mask' " + shape_str(m.shape()) +
                        " must be (B, S) = (" + std::to_string(B) + ", " + std::to_string(S) + ")");
-    combine(reshape(m, {B, 1, 1, S}));
+    masks.key_padding_mask = m;
   }
-  if (opt.is_causal) combine(causal_mask(T, S));
 
-  Tensor p = bool_mask.defined() ? masked_softmax(scores, bool_mask, -1) : softmax(scores, -1);
-  p = attn_drop.forward(p);
-  Tensor out = out_proj.forward(merge_heads(matmul(p, v)));  // (B,T,E)
-
-  AttentionOutput result{out, Tensor()};
-  if (opt.need_weights) result.weights = opt.average_attn_weights ? mean(p, {1}) : p;
+  // The fused op needs neither the weights nor dropout on them; otherwise the composed
+  // reference runs (same function, one more copy per head and the weights kept).
+  const bool fused = !opt.need_weights && !(attn_drop.training() && attn_drop.p > 0);
+  const bool self = query.impl() == key.impl() && key.impl() == value.impl();
+  if (fused && self && in_proj_weight.defined()) {  // one (B*T, E) x (E, 3E) GEMM, heads read in place
+    Tensor qkv = linear(query, in_proj_weight, in_proj_bias);
+    return {out_proj.forward(attention_packed(qkv, H, masks)), Tensor()};
+  }
+  // Separate projections on row blocks of the packed weight (slicing the small weight is
+  // cheaper than slicing the (B, L, 3E) activations and their gradients).
+  Tensor q, k, v;
+  auto bias_part = [&](std::size_t i) {
+    return in_proj_bias.defined() ? narrow(in_proj_bias, 0, i * E, E) : Tensor();
+  };
+  if (in_proj_weight.defined()) {
+    q = linear(query, narrow(in_proj_weight, 0, 0, E), bias_part(0));
+    k = linear(key, narrow(in_proj_weight, 0, E, E), bias_part(1));
+    v = linear(value, narrow(in_proj_weight, 0, 2 * E, E), bias_part(2));
+  } else {
+    q = linear(query, q_proj_weight, bias_part(0));
+    k = linear(key, k_proj_weight, bias_part(1));
+    v = linear(value, v_proj_weight, bias_part(2));
+  }
+  if (fused) return {out_proj.forward(attention(q, k, v, H, masks)), Tensor()};
+  AttentionResult r = attention_reference(q, k, v, H, masks, 0, [&](const Tensor& p) { return attn_drop.forward(p); });
+  AttentionOutput result{out_proj.forward(r.out), Tensor()};
+  if (opt.need_weights) result.weights = opt.average_attn_weights ? mean(r.weights, {1}) : r.weights;
   return result;
 }
 
