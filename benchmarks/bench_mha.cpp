@@ -18,7 +18,9 @@
 // Times are wall clock (UseRealTime), unit ms.
 //
 // FLOP count (counter GFLOP/s), from the GEMMs of the layer, dense (the causal mask does not
-// reduce the count: the score and p·v GEMMs are counted full T x S, as PyTorch performs them),
+// reduce the count: the score and p·v GEMMs are counted full T x S, as PyTorch performs them;
+// xgrad's attention op skips key blocks wholly in the future, so it performs fewer — see
+// performed_flops in compare.sh),
 // with N = B*T, S = T, D = E/H:
 //   forward   in-projection  (N,E)x(E,3E)           2*N*E*3E  = 6 N E^2
 //             scores         B*H x (T,D)x(D,S)      2*B*T*S*E

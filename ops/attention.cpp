@@ -18,6 +18,7 @@
 //     dK += scale dS^T Q                           (c, D)    gemm, summed over row blocks
 // (b, h) pairs run in parallel_for. Under create_graph the backward is instead composed of
 // differentiable xgrad ops (attention_composite_backward) so it can be differentiated again.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -81,32 +82,72 @@ MaskView<T> mask_view(const AttentionMasks& m, const Dims& d) {
   return v;
 }
 
+// Row helpers written over kLanes independent accumulators so that the compiler
+// vectorises them without -ffast-math (a single accumulator is a serial dependency).
+constexpr std::size_t kLanes = 16;
+
+template <class T>
+T row_max(const T* x, std::size_t n) {
+  T acc[kLanes];
+  std::fill_n(acc, kLanes, -std::numeric_limits<T>::infinity());
+  std::size_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (std::size_t l = 0; l < kLanes; ++l) acc[l] = acc[l] < x[j + l] ? x[j + l] : acc[l];
+  for (; j < n; ++j) acc[0] = acc[0] < x[j] ? x[j] : acc[0];
+  return *std::max_element(acc, acc + kLanes);
+}
+
+// x[j] = exp(x[j] - mx); returns the sum.
+template <class T>
+T exp_shifted_sum(T* x, std::size_t n, T mx) {
+  T acc[kLanes] = {};
+  std::size_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (std::size_t l = 0; l < kLanes; ++l) acc[l] += (x[j + l] = std::exp(x[j + l] - mx));
+  for (; j < n; ++j) acc[0] += (x[j] = std::exp(x[j] - mx));
+  T total = 0;
+  for (std::size_t l = 0; l < kLanes; ++l) total += acc[l];
+  return total;
+}
+
+template <class T>
+T row_dot(const T* a, const T* b, std::size_t n) {
+  T acc[kLanes] = {};
+  std::size_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (std::size_t l = 0; l < kLanes; ++l) acc[l] += a[j + l] * b[j + l];
+  for (; j < n; ++j) acc[0] += a[j] * b[j];
+  T total = 0;
+  for (std::size_t l = 0; l < kLanes; ++l) total += acc[l];
+  return total;
+}
+
 // Row i of head (b, h): x[0, c) holds the scaled scores of the keys this row block
 // computed; on return x[0, S) holds the probabilities (0 for masked keys and keys >= c).
 template <class T>
 void softmax_row(T* x, std::size_t c, std::size_t S, std::size_t b, std::size_t h, std::size_t i,
                  const MaskView<T>& m) {
   const T ninf = -std::numeric_limits<T>::infinity();
-  const std::size_t n = m.causal ? std::min(c, i + 1) : c;
-  const bool* mr = m.mask ? m.mask + b * m.ms[0] + h * m.ms[1] + i * m.ms[2] : nullptr;
-  const bool* pr = m.padding ? m.padding + b * S : nullptr;
-  const T* ar = m.add ? m.add + b * m.as[0] + h * m.as[1] + i * m.as[2] : nullptr;
-  T mx = ninf;
-  for (std::size_t j = 0; j < n; ++j) {
-    T s = x[j];
-    if (ar) s += ar[j * m.as[3]];
-    if ((mr && mr[j * m.ms[3]]) || (pr && pr[j])) s = ninf;
-    x[j] = s;
-    mx = std::max(mx, s);
+  const std::size_t n = m.causal ? std::min(c, i + 1) : c;  // keys this query may see
+  if (m.add) {
+    const T* ar = m.add + b * m.as[0] + h * m.as[1] + i * m.as[2];
+    for (std::size_t j = 0; j < n; ++j) x[j] += ar[j * m.as[3]];
+  }
+  if (m.mask) {
+    const bool* mr = m.mask + b * m.ms[0] + h * m.ms[1] + i * m.ms[2];
+    for (std::size_t j = 0; j < n; ++j) x[j] = mr[j * m.ms[3]] ? ninf : x[j];
+  }
+  if (m.padding) {
+    const bool* pr = m.padding + b * S;
+    for (std::size_t j = 0; j < n; ++j) x[j] = pr[j] ? ninf : x[j];
   }
   std::fill(x + n, x + S, T(0));
+  const T mx = row_max(x, n);
   if (mx == ninf) {  // nothing visible: P = 0, never exp(-inf - -inf) = NaN
     std::fill(x, x + n, T(0));
     return;
   }
-  T total = 0;
-  for (std::size_t j = 0; j < n; ++j) total += (x[j] = std::exp(x[j] - mx));
-  const T inv = T(1) / total;
+  const T inv = T(1) / exp_shifted_sum(x, n, mx);
   for (std::size_t j = 0; j < n; ++j) x[j] *= inv;
 }
 
@@ -161,8 +202,7 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
         for (std::size_t i = 0; i < r; ++i) {
           const T* p = Pr + i * d.S;
           T* g = dP.data() + i * c;
-          T dot = 0;
-          for (std::size_t j = 0; j < c; ++j) dot += g[j] * p[j];
+          const T dot = row_dot(g, p, c);
           for (std::size_t j = 0; j < c; ++j) g[j] = p[j] * (g[j] - dot);
         }
         if (dq.base) detail::gemm<T>(false, false, r, d.D, c, scale, dP.data(), c, k.at(b, h), k.ld, T(0), dq.at(b, h, r0), dq.ld);
