@@ -84,6 +84,11 @@ std::vector<std::pair<std::string, Maker>> cases() {
   add("max_lastdim", [](const Dims& d, Rng& r) {
     return Case{{randn({d.B, d.T, d.E}, r)}, {true}, [](const auto& in) { return xgrad::max(in[0], -1); }};
   });
+  // normalisation: layer_norm over E with weight and bias (E), as in every TransformerBlock
+  add("layer_norm", [](const Dims& d, Rng& r) {
+    return Case{{randn({d.B, d.T, d.E}, r), randn({d.E}, r), randn({d.E}, r)}, {true, true, true},
+                [](const auto& in) { return xgrad::layer_norm(in[0], in[1], in[2], 1e-5); }};
+  });
   // shape ops
   add("reshape", [](const Dims& d, Rng& r) {  // (B,T,E) -> (B,T,H,D)
     const Shape to{d.B, d.T, d.H, d.D()};

@@ -23,23 +23,6 @@ Embedding::Embedding(std::size_t num, std::size_t dim, Rng& rng) {
 }
 Tensor Embedding::forward(const Tensor& indices) const { return embedding(weight, indices); }
 
-// x: (..., D);  mu, var: (..., 1);  y = (x - mu) * rsqrt(var + eps) * w + b
-Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
-  check_float("layer_norm", "x", x);
-  if (x.dim() == 0 || (w.defined() && w.shape() != Shape{x.shape().back()}) ||
-      (b.defined() && b.shape() != Shape{x.shape().back()}))
-    throw ShapeError("layer_norm: argument 'x' " + shape_str(x.shape()) +
-                     " must end in the size of 'weight' " +
-                     (w.defined() ? shape_str(w.shape()) : "-") + " and 'bias' " +
-                     (b.defined() ? shape_str(b.shape()) : "-"));
-  Tensor centered = sub(x, mean(x, {-1}, true));
-  Tensor var = mean(mul(centered, centered), {-1}, true);
-  Tensor y = mul(centered, rsqrt(add_scalar(var, eps)));
-  if (w.defined()) y = mul(y, w);
-  if (b.defined()) y = add(y, b);
-  return y;
-}
-
 LayerNorm::LayerNorm(std::size_t dim, double eps_) : eps(eps_) {
   weight = ones({dim});
   bias = zeros({dim});

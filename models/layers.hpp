@@ -4,6 +4,7 @@
 // backward of its own. Constructors take an Rng for deterministic initialisation.
 #pragma once
 #include "xgrad/models/module.hpp"
+#include "xgrad/ops/norm.hpp"  // layer_norm, the functional form of LayerNorm
 
 namespace xgrad {
 
@@ -73,7 +74,6 @@ class SinusoidalPositionalEncoding : public Module {
 };
 
 // Functional forms.
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 Tensor dropout(const Tensor& x, double p, bool training, Rng& rng);
 
 }  // namespace xgrad

@@ -5,6 +5,7 @@
 #include "xgrad/ops/index.hpp"
 #include "xgrad/ops/mask.hpp"
 #include "xgrad/ops/matmul.hpp"
+#include "xgrad/ops/norm.hpp"
 #include "xgrad/ops/reduce.hpp"
 #include "xgrad/ops/shape.hpp"
 #include "xgrad/ops/softmax.hpp"

@@ -1,0 +1,260 @@
+// layer_norm over the last axis, fused. x (..., N) is viewed as R rows of N (R = product of
+// the leading dims); weight w and bias b are (N) or absent.
+//
+// forward, per row r (float32 or float64 throughout):
+//   mean_r  = 1/N sum_i x_ri
+//   var_r   = 1/N sum_i (x_ri - mean_r)^2           biased, as torch.nn.LayerNorm
+//   rstd_r  = 1 / sqrt(var_r + eps)
+//   xhat_ri = (x_ri - mean_r) * rstd_r
+//   y_ri    = xhat_ri * w_i + b_i
+// mean (R) and rstd (R) are saved for backward.
+//
+// backward, upstream g (R, N):
+//   gw_ri = g_ri * w_i                              (g_ri without weight)
+//   dx_ri = rstd_r * (gw_ri - 1/N sum_j gw_rj - xhat_ri * 1/N sum_j gw_rj xhat_rj)
+//   dw_i  = sum_r g_ri * xhat_ri
+//   db_i  = sum_r g_ri
+// A constant row has var 0 and rstd 1/sqrt(eps): finite, so no NaN for finite inputs.
+// With create_graph (grad mode on during backward) the same formulas are built from
+// differentiable ops instead, so the gradient can be differentiated again.
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+#include "xgrad/ops/detail.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/norm.hpp"
+#include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/unary.hpp"
+
+namespace xgrad {
+namespace {
+
+// sum_{i < n} f(i) in kLanes interleaved partial sums: independent adds pipeline (and the
+// compiler can vectorise them) where one running sum is a chain of n dependent adds.
+constexpr std::size_t kLanes = 8;
+template <class T, class F>
+T row_sum(std::size_t n, F&& f) {
+  T acc[kLanes] = {};
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::size_t j = 0; j < kLanes; ++j) acc[j] += f(i + j);
+  for (std::size_t j = 0; i < n; ++i, ++j) acc[j] += f(i);
+  T s = 0;
+  for (std::size_t j = 0; j < kLanes; ++j) s += acc[j];
+  return s;
+}
+
+// x (R, N) -> y (R, N), mean (R), rstd (R).  w, b: (N) or nullptr.  N >= 1.
+template <class T>
+void layer_norm_rows(const T* x, const T* w, const T* b, std::size_t R, std::size_t N, T eps, T* y,
+                     T* mean, T* rstd) {
+  const T inv_n = T(1) / T(N);
+  for (std::size_t r = 0; r < R; ++r) {
+    const T* xr = x + r * N;
+    T* yr = y + r * N;
+    // mean_r = 1/N sum_i x_ri
+    const T m = row_sum<T>(N, [xr](std::size_t i) { return xr[i]; }) * inv_n;
+    // var_r = 1/N sum_i (x_ri - mean_r)^2   (second pass over the row: no cancellation)
+    const T v = row_sum<T>(N, [xr, m](std::size_t i) {
+                  const T d = xr[i] - m;
+                  return d * d;
+                }) * inv_n;
+    // rstd_r = 1 / sqrt(var_r + eps)
+    const T s = T(1) / std::sqrt(v + eps);
+    // y_ri = (x_ri - mean_r) * rstd_r * w_i + b_i   (one loop per affine variant: y is
+    // written once, and each loop vectorises)
+    if (w && b)
+      for (std::size_t i = 0; i < N; ++i) yr[i] = (xr[i] - m) * s * w[i] + b[i];
+    else if (w)
+      for (std::size_t i = 0; i < N; ++i) yr[i] = (xr[i] - m) * s * w[i];
+    else if (b)
+      for (std::size_t i = 0; i < N; ++i) yr[i] = (xr[i] - m) * s + b[i];
+    else
+      for (std::size_t i = 0; i < N; ++i) yr[i] = (xr[i] - m) * s;
+    mean[r] = m;
+    rstd[r] = s;
+  }
+}
+
+// g (R, N), x (R, N), w (N) or nullptr, mean (R), rstd (R) from the forward.
+// Writes each output that is not nullptr: dx (R, N), dw (N), db (N).  N >= 1.
+template <class T>
+void layer_norm_backward_rows(const T* x, const T* w, const T* g, const T* mean, const T* rstd,
+                              std::size_t R, std::size_t N, T* dx, T* dw, T* db) {
+  if (dw) std::fill_n(dw, N, T(0));
+  if (db) std::fill_n(db, N, T(0));
+  const T inv_n = T(1) / T(N);
+  std::vector<T> gw_row(dx && w ? N : 0);
+  for (std::size_t r = 0; r < R; ++r) {
+    const T* xr = x + r * N;
+    const T* gr = g + r * N;
+    const T m = mean[r], s = rstd[r];
+    // dw_i += g_ri * xhat_ri,  db_i += g_ri
+    if (dw)
+      for (std::size_t i = 0; i < N; ++i) dw[i] += gr[i] * ((xr[i] - m) * s);
+    if (db)
+      for (std::size_t i = 0; i < N; ++i) db[i] += gr[i];
+    if (!dx) continue;
+    // gw_ri = g_ri * w_i
+    const T* gw = gr;
+    if (w) {
+      for (std::size_t i = 0; i < N; ++i) gw_row[i] = gr[i] * w[i];
+      gw = gw_row.data();
+    }
+    // a = 1/N sum_i gw_ri,   c = 1/N sum_i gw_ri * xhat_ri
+    const T a = row_sum<T>(N, [gw](std::size_t i) { return gw[i]; }) * inv_n;
+    const T c = row_sum<T>(N, [gw, xr, m, s](std::size_t i) { return gw[i] * ((xr[i] - m) * s); }) * inv_n;
+    // dx_ri = rstd_r * (gw_ri - a - xhat_ri * c)
+    T* dxr = dx + r * N;
+    for (std::size_t i = 0; i < N; ++i) dxr[i] = s * (gw[i] - a - ((xr[i] - m) * s) * c);
+  }
+}
+
+void check_affine(const Tensor& x, const char* arg, const Tensor& t) {
+  if (!t.defined()) return;
+  check_same_float("layer_norm", "x", x, arg, t);
+  if (t.shape() != Shape{x.shape().back()})
+    throw ShapeError("layer_norm: argument '" + std::string(arg) + "' has shape " + shape_str(t.shape()) +
+                     " but must be (" + std::to_string(x.shape().back()) +
+                     "), the size of the last axis of 'x' " + shape_str(x.shape()));
+}
+
+void check_args(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+  check_float("layer_norm", "x", x);
+  if (x.dim() == 0)
+    throw ShapeError("layer_norm: argument 'x' must have at least one axis (normalised over the "
+                     "last), got shape ()");
+  check_affine(x, "weight", w);
+  check_affine(x, "bias", b);
+  if (!(eps > 0)) {
+    std::ostringstream os;
+    os << "layer_norm: eps must be > 0, got " << eps << " (for 'x' " << shape_str(x.shape()) << ")";
+    throw ValueError(os.str());
+  }
+}
+
+// The gradients of the composite formula, from differentiable ops (for create_graph).
+// x (..., N), w (N) or undefined, g (..., N). Returns {dx, dw, db}, each only if asked.
+std::vector<Tensor> composite_grads(const Tensor& x, const Tensor& w, const Tensor& g, double eps,
+                                    bool need_x, bool need_w, bool need_b) {
+  const Shape wshape{x.shape().back()};
+  Tensor xc = sub(x, mean(x, {-1}, true));                            // x - mean      (..., N)
+  Tensor rstd = rsqrt(add_scalar(mean(mul(xc, xc), {-1}, true), eps));  // (..., 1)
+  Tensor xhat = mul(xc, rstd);                                        // (..., N)
+  Tensor dx, dw, db;
+  if (need_x) {
+    Tensor gw = w.defined() ? mul(g, w) : g;
+    Tensor a = mean(gw, {-1}, true);             // (..., 1)
+    Tensor c = mean(mul(gw, xhat), {-1}, true);  // (..., 1)
+    dx = mul(rstd, sub(sub(gw, a), mul(xhat, c)));
+  }
+  if (need_w) dw = sum_to(mul(g, xhat), wshape);
+  if (need_b) db = sum_to(g, wshape);
+  return {dx, dw, db};
+}
+
+// The same gradients from the fused kernel and the saved mean and rstd (R) (plain backward).
+std::vector<Tensor> fused_grads(const Tensor& x, const Tensor& w, const Tensor& g, const Tensor& saved_mean,
+                                const Tensor& saved_rstd, bool need_x, bool need_w, bool need_b) {
+  const std::size_t N = x.shape().back();
+  const std::size_t R = numel(Shape(x.shape().begin(), x.shape().end() - 1));
+  return dispatch_float("layer_norm", x.dtype(), [&](auto zero) -> std::vector<Tensor> {
+    using T = decltype(zero);
+    auto dx = empty_array<T>(need_x ? x.shape() : Shape{0});
+    auto dw = empty_array<T>({need_w ? N : 0});
+    auto db = empty_array<T>({need_b ? N : 0});
+    if (x.numel() == 0) {  // nothing to sum: dw = db = 0
+      std::fill(dw.begin(), dw.end(), T(0));
+      std::fill(db.begin(), db.end(), T(0));
+    } else {
+      layer_norm_backward_rows<T>(value<T>(x).data(), w.defined() ? value<T>(w).data() : nullptr,
+                                  value<T>(g).data(), value<T>(saved_mean).data(), value<T>(saved_rstd).data(),
+                                  R, N, need_x ? dx.data() : nullptr, need_w ? dw.data() : nullptr,
+                                  need_b ? db.data() : nullptr);
+    }
+    return {need_x ? make_tensor(std::move(dx)) : Tensor(), need_w ? make_tensor(std::move(dw)) : Tensor(),
+            need_b ? make_tensor(std::move(db)) : Tensor()};
+  });
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  check_args(x, weight, bias, eps);
+  const std::size_t N = x.shape().back();
+  const std::size_t R = numel(Shape(x.shape().begin(), x.shape().end() - 1));
+  Tensor saved_mean, saved_rstd;  // (R) each
+  Tensor y = dispatch_float("layer_norm", x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    auto yv = empty_array<T>(x.shape());
+    auto mv = empty_array<T>({R});
+    auto sv = empty_array<T>({R});
+    if (x.numel() == 0) {
+      std::fill(mv.begin(), mv.end(), T(0));
+      std::fill(sv.begin(), sv.end(), T(0));
+    } else {
+      layer_norm_rows<T>(value<T>(x).data(), weight.defined() ? value<T>(weight).data() : nullptr,
+                         bias.defined() ? value<T>(bias).data() : nullptr, R, N, T(eps), yv.data(),
+                         mv.data(), sv.data());
+    }
+    saved_mean = make_tensor(std::move(mv));
+    saved_rstd = make_tensor(std::move(sv));
+    return make_tensor(std::move(yv));
+  });
+
+  // Node inputs: x, then weight and bias when given (as linear does); iw, ib = their
+  // indices, 0 when absent.
+  std::vector<Tensor> inputs{x};
+  const std::size_t iw = weight.defined() ? inputs.size() : 0;
+  if (weight.defined()) inputs.push_back(weight);
+  const std::size_t ib = bias.defined() ? inputs.size() : 0;
+  if (bias.defined()) inputs.push_back(bias);
+
+  auto backward = [saved_mean, saved_rstd, eps, iw, ib](const Node& n, const Tensor& g) {
+    const Tensor& x = n.input(0);
+    const Tensor w = iw ? n.input(iw) : Tensor();
+    const bool need_x = n.needs_grad(0), need_w = iw && n.needs_grad(iw), need_b = ib && n.needs_grad(ib);
+    // Grad mode is on during backward only with create_graph: then build the gradient from
+    // differentiable ops so it can be differentiated again; otherwise run the fused kernel.
+    const std::vector<Tensor> d = is_grad_enabled()
+                                      ? composite_grads(x, w, g, eps, need_x, need_w, need_b)
+                                      : fused_grads(x, w, g, saved_mean, saved_rstd, need_x, need_w, need_b);
+    std::vector<Tensor> grads(n.inputs().size());
+    grads[0] = d[0];
+    if (iw) grads[iw] = d[1];
+    if (ib) grads[ib] = d[2];
+    return grads;
+  };
+  return record("layer_norm", y, std::move(inputs), backward);
+}
+
+// --- registration ----------------------------------------------------------------------
+namespace {
+// x with one row constant: var 0, rstd = 1/sqrt(eps), the gradient is still finite.
+Tensor constant_row_x(Rng& r) {
+  Tensor x = sample_randn({3, 4}, r).detach().clone();
+  for (std::size_t i = 0; i < 4; ++i) x.mutable_data<double>()[4 + i] = 0.75;
+  x.set_requires_grad(true);
+  return x;
+}
+std::vector<OpSample> affine_samples(Rng& r) {
+  return {{"(2,5) with weight and bias", {sample_randn({2, 5}, r), sample_randn({5}, r), sample_randn({5}, r)}},
+          {"(2,3,4) with weight and bias", {sample_randn({2, 3, 4}, r), sample_randn({4}, r), sample_randn({4}, r)}},
+          {"(3,4) row 1 constant", {constant_row_x(r), sample_randn({4}, r), sample_randn({4}, r)}},
+          {"(2,4) weight not differentiated", {sample_randn({2, 4}, r), randn({4}, r, DType::Float64), sample_randn({4}, r)}},
+          {"(2,4) bias not differentiated", {sample_randn({2, 4}, r), sample_randn({4}, r), randn({4}, r, DType::Float64)}}};
+}
+std::vector<OpSample> plain_samples(Rng& r) {
+  return {{"(2,5)", {sample_randn({2, 5}, r)}},
+          {"(2,3,4)", {sample_randn({2, 3, 4}, r)}},
+          {"(3,4) row 1 constant", {constant_row_x(r)}}};
+}
+}  // namespace
+
+XGRAD_REGISTER_OP({"layer_norm", [](const auto& x) { return layer_norm(x[0], x[1], x[2]); }, affine_samples});
+XGRAD_REGISTER_OP({"layer_norm(no affine)", [](const auto& x) { return layer_norm(x[0], {}, {}); },
+                   plain_samples});
+
+}  // namespace xgrad
