@@ -90,9 +90,11 @@ Pool& pool() {
 
 }  // namespace
 
-void parallel_for(std::size_t n, const std::function<void(std::size_t, std::size_t)>& body) {
+void parallel_for(std::size_t n, std::size_t cost_per_item,
+                  const std::function<void(std::size_t, std::size_t)>& body) {
   const std::size_t threads = std::size_t(num_threads());
-  if (threads <= 1 || n < 2 || t_inside) return body(0, n);
+  const bool small = cost_per_item < kMinParallelWork && n * cost_per_item < kMinParallelWork;
+  if (threads <= 1 || n < 2 || t_inside || small) return body(0, n);
   const std::size_t parts = std::min(threads, n);
   openblas_set_num_threads(1);
   try {

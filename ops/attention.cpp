@@ -151,6 +151,9 @@ void softmax_row(T* x, std::size_t c, std::size_t S, std::size_t b, std::size_t 
   for (std::size_t j = 0; j < n; ++j) x[j] *= inv;
 }
 
+// Multiply-adds of one head's forward (the GEMMs; the softmax is of the order T S).
+std::size_t head_cost(const Dims& d) { return d.T * d.S * (d.D + d.Dv + 1); }
+
 template <class T>
 std::size_t row_block(const Dims& d, const MaskView<T>& m) {
   return m.causal ? kCausalRowBlock : std::max<std::size_t>(d.T, 1);
@@ -161,7 +164,7 @@ template <class T>
 void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
                     const MaskView<T>& m, T* P, HeadView<T> out) {
   const std::size_t rb = row_block(d, m);
-  parallel_for(d.B * d.H, [&](std::size_t begin, std::size_t end) {
+  parallel_for(d.B * d.H, head_cost(d), [&](std::size_t begin, std::size_t end) {
     for (std::size_t bh = begin; bh < end; ++bh) {
       const std::size_t b = bh / d.H, h = bh % d.H;
       T* Pbh = P + bh * d.T * d.S;
@@ -176,27 +179,31 @@ void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const 
   });
 }
 
-// Gradients into dq, dk, dv (a view with base nullptr is skipped); dk and dv are zeroed
-// here, then accumulated over the row blocks.
+// Gradients into dq, dk, dv (a view with base nullptr is skipped), every element written.
 template <class T>
 void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
                      const T* P, const MaskView<T>& m, HeadView<const T> dout, HeadView<T> dq, HeadView<T> dk,
                      HeadView<T> dv) {
   const std::size_t rb = row_block(d, m);
-  parallel_for(d.B * d.H, [&](std::size_t begin, std::size_t end) {
+  parallel_for(d.B * d.H, 2 * head_cost(d), [&](std::size_t begin, std::size_t end) {
     std::vector<T> dP(std::min(rb, d.T) * d.S);  // (r, c), row stride c
     for (std::size_t bh = begin; bh < end; ++bh) {
       const std::size_t b = bh / d.H, h = bh % d.H;
       const T* Pbh = P + bh * d.T * d.S;
-      for (std::size_t s = 0; s < d.S; ++s) {
+      // Row blocks from the last: its keys [0, c) include every earlier block's, so its
+      // GEMMs initialise dK, dV (beta 0) and the rest accumulate; keys no query sees get 0.
+      const std::size_t c_all = d.T == 0 ? 0 : m.causal ? std::min(d.S, d.T) : d.S;
+      for (std::size_t s = c_all; s < d.S; ++s) {
         if (dk.base) std::fill_n(dk.at(b, h, s), d.D, T(0));
         if (dv.base) std::fill_n(dv.at(b, h, s), d.Dv, T(0));
       }
-      for (std::size_t r0 = 0; r0 < d.T; r0 += rb) {
+      for (std::size_t blk = (d.T + rb - 1) / rb; blk-- > 0;) {
+        const std::size_t r0 = blk * rb;
         const std::size_t r1 = std::min(d.T, r0 + rb), r = r1 - r0, c = m.causal ? std::min(d.S, r1) : d.S;
+        const T beta = r1 == d.T ? T(0) : T(1);
         const T* Pr = Pbh + r0 * d.S;
         const T* dO = dout.at(b, h, r0);
-        if (dv.base) detail::gemm<T>(true, false, c, d.Dv, r, T(1), Pr, d.S, dO, dout.ld, T(1), dv.at(b, h), dv.ld);
+        if (dv.base) detail::gemm<T>(true, false, c, d.Dv, r, T(1), Pr, d.S, dO, dout.ld, beta, dv.at(b, h), dv.ld);
         if (!dq.base && !dk.base) continue;
         detail::gemm<T>(false, true, r, c, d.Dv, T(1), dO, dout.ld, v.at(b, h), v.ld, T(0), dP.data(), c);
         for (std::size_t i = 0; i < r; ++i) {
@@ -206,7 +213,7 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
           for (std::size_t j = 0; j < c; ++j) g[j] = p[j] * (g[j] - dot);
         }
         if (dq.base) detail::gemm<T>(false, false, r, d.D, c, scale, dP.data(), c, k.at(b, h), k.ld, T(0), dq.at(b, h, r0), dq.ld);
-        if (dk.base) detail::gemm<T>(true, false, c, d.D, r, scale, dP.data(), c, q.at(b, h, r0), q.ld, T(1), dk.at(b, h), dk.ld);
+        if (dk.base) detail::gemm<T>(true, false, c, d.D, r, scale, dP.data(), c, q.at(b, h, r0), q.ld, beta, dk.at(b, h), dk.ld);
       }
     }
   });
