@@ -1,5 +1,7 @@
 // ops/fastmath.hpp (float32 exp / erf / GELU pieces) against double std::exp / std::erf /
-// std::erfc on dense grids and special values, with the error bounds stated in the header.
+// std::erfc on dense grids and special values, with the error bounds stated in the header;
+// and the float32 gelu / gelu_backward ops (which run the same code, compiled for the CPU's
+// vector extensions) against a double reference.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +22,7 @@ constexpr double kExpMaxUlp = 1.5;         // where e^x is a normal float
 constexpr double kErfMaxAbs = 1.2e-7;      // everywhere
 constexpr double kErfSmallMaxUlp = 2.0;    // |x| < 1
 constexpr double kCdfMaxRel = 8e-7;        // gelu_parts' Phi, where Phi is a normal float
+constexpr double kGeluMaxRel = 1e-6;       // float32 gelu / gelu_backward (see below)
 
 constexpr double kFltMin = 1.1754943508222875e-38;  // smallest normal float
 constexpr double kSubStep = 1.401298464324817e-45;  // subnormal spacing, 2^-149
@@ -203,6 +206,103 @@ BOOST_AUTO_TEST_CASE(gelu_parts_dense_grid) {
   BOOST_TEST(worst_cdf <= kCdfMaxRel, "Phi: max rel " << worst_cdf << " at x = " << at_cdf);
   BOOST_TEST(worst_gauss <= 3e-7, "gauss: max rel " << worst_gauss << " at x = " << at_gauss);
   BOOST_TEST(worst_sub <= 8.0, "Phi subnormal: off by " << worst_sub << " steps at x = " << at_sub);
+}
+
+// The float32 ops (vectorised kernels, as dispatched for this CPU) against double references
+// computed with std::erfc / std::exp (erfc rather than 1 + erf, which cancels in double too far
+// out in the left tail):
+//   gelu:          |y - ref| <= 1e-6 |ref|, or |y - ref| <= 1e-42 (results at the bottom of
+//                  the normal range and below, x < -13, go through a subnormal Phi)
+//   gelu_backward: |dx - ref| <= 1e-6 |g| (Phi + |x| phi) (or <= 1e-42): relative to the size of
+//                  the two terms, which cancel where gelu' crosses zero (x = -0.7518).
+BOOST_AUTO_TEST_CASE(gelu_float32_against_double) {
+  std::vector<float> xs = grid(-16, 16, 400'001);
+  for (float x : log_grid(1.0, 8)) xs.push_back(x);
+  xs.push_back(12345.0f);  // an odd count too: the kernels' scalar remainder is covered
+  std::vector<double> xd(xs.begin(), xs.end()), gd(xs.size());
+  for (std::size_t i = 0; i < gd.size(); ++i) gd[i] = double(float(std::sin(0.37 * double(i)) * 2.0));
+  const Shape shape{xs.size()};
+  Tensor x = tensor(xd, shape, DType::Float32), g = tensor(gd, shape, DType::Float32);
+  Tensor y = gelu(x), dx = gelu_backward(x, g);
+  BOOST_TEST(y.dtype() == DType::Float32);
+  BOOST_TEST(dx.dtype() == DType::Float32);
+  const std::vector<double> yv = y.to_vector(), dxv = dx.to_vector();
+  double worst_y = 0, worst_dx = 0;
+  double at_y = 0, at_dx = 0;
+  for (std::size_t i = 0; i < xd.size(); ++i) {
+    const double v = xd[i], cdf = ref_cdf(v), pdf = std::exp(-0.5 * v * v) * kInvSqrt2Pi;
+    const double ry = v * cdf;
+    const double ey = std::fabs(yv[i] - ry) / (std::fabs(ry) + 1e-38);
+    if (std::fabs(yv[i] - ry) > 1e-42 && ey > worst_y) worst_y = ey, at_y = v;
+    const double rdx = gd[i] * (cdf + v * pdf), scale = std::fabs(gd[i]) * (cdf + std::fabs(v) * pdf);
+    const double edx = std::fabs(dxv[i] - rdx) / (scale + 1e-38);
+    if (std::fabs(dxv[i] - rdx) > 1e-42 && edx > worst_dx) worst_dx = edx, at_dx = v;
+  }
+  BOOST_TEST_MESSAGE("float32 gelu: max rel " << worst_y << " at x = " << at_y << "; gelu_backward: max "
+                                              << worst_dx << " at x = " << at_dx);
+  BOOST_TEST(worst_y <= kGeluMaxRel, "gelu: max rel error " << worst_y << " at x = " << at_y);
+  BOOST_TEST(worst_dx <= kGeluMaxRel, "gelu_backward: max scaled error " << worst_dx << " at x = " << at_dx);
+}
+
+BOOST_AUTO_TEST_CASE(gelu_float32_special_values) {
+  // Large |x|: exactly x or 0, no NaN; the derivative exactly g or 0. Infinities and NaN as
+  // the float64 path gives them (gelu(-inf) = -inf * 0 = NaN, as x Phi(x) in PyTorch).
+  const std::vector<double> xv = {0.0, -0.0, 1e-30, -1e-30, 1e-40, 6.0, 20.0, 1e30, 3e38,
+                                  -6.0, -20.0, -1e30, -3e38};
+  const Shape shape{xv.size()};
+  Tensor x32 = tensor(xv, shape, DType::Float32), x64 = tensor(xv, shape, DType::Float64);
+  Tensor ones32 = tensor(std::vector<double>(xv.size(), 1.0), shape, DType::Float32);
+  const std::vector<double> y = gelu(x32).to_vector(), d = gelu_backward(x32, ones32).to_vector();
+  const std::vector<double> y64 = gelu(x64).to_vector();
+  for (std::size_t i = 0; i < xv.size(); ++i) {
+    BOOST_TEST_CONTEXT("x = " << xv[i]) {
+      BOOST_TEST(std::isfinite(y[i]));
+      BOOST_TEST(std::isfinite(d[i]));
+      if (xv[i] >= 6.0) {
+        BOOST_TEST(y[i] == double(float(xv[i])));
+        BOOST_TEST(d[i] == 1.0);
+      }
+      if (xv[i] <= -20.0) {
+        BOOST_TEST(y[i] == 0.0);
+        BOOST_TEST(d[i] == 0.0);
+      }
+      BOOST_TEST(std::fabs(y[i] - y64[i]) <= 1e-6 * std::fabs(y64[i]) + 1e-44);
+    }
+  }
+  BOOST_TEST(y[0] == 0.0);
+  BOOST_TEST(d[0] == 0.5);
+  const std::vector<double> sv = {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+                                  std::numeric_limits<double>::quiet_NaN()};
+  const Shape s3{3};
+  Tensor s32 = tensor(sv, s3, DType::Float32), s64 = tensor(sv, s3, DType::Float64);
+  Tensor g32 = tensor({1, 1, 1}, s3, DType::Float32), g64 = tensor({1, 1, 1}, s3, DType::Float64);
+  const auto a32 = gelu(s32).to_vector(), a64 = gelu(s64).to_vector();
+  const auto b32 = gelu_backward(s32, g32).to_vector(), b64 = gelu_backward(s64, g64).to_vector();
+  BOOST_TEST(std::isinf(a32[0]));
+  BOOST_TEST(a32[0] > 0);
+  for (std::size_t i = 0; i < 3; ++i) {
+    BOOST_TEST_CONTEXT("x = " << sv[i]) {
+      BOOST_TEST(std::isnan(a32[i]) == std::isnan(a64[i]));
+      BOOST_TEST(std::isnan(b32[i]) == std::isnan(b64[i]));
+      if (!std::isnan(a64[i])) BOOST_TEST(a32[i] == a64[i]);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(gelu_float32_shapes) {
+  // Rank 0, empty, and a size whose vector part is empty: same values as the element-wise
+  // header functions' bounds.
+  Tensor s = scalar(0.5, DType::Float32);
+  BOOST_TEST(shape_str(gelu(s).shape()) == "()");
+  BOOST_TEST(std::fabs(gelu(s).item() - 0.5 * ref_cdf(0.5)) <= 1e-6 * 0.5 * ref_cdf(0.5));
+  Tensor e = tensor({}, {0, 3}, DType::Float32);
+  BOOST_TEST(shape_str(gelu(e).shape()) == "(0, 3)");
+  BOOST_TEST(shape_str(gelu_backward(e, e).shape()) == "(0, 3)");
+  const std::vector<double> v = {-2.5, -0.75, 0.25, 3.0, -7.0};
+  Tensor x = tensor(v, {5}, DType::Float32);
+  const auto y = gelu(x).to_vector();
+  for (std::size_t i = 0; i < v.size(); ++i)
+    BOOST_TEST(std::fabs(y[i] - v[i] * ref_cdf(v[i])) <= 1e-6 * std::fabs(v[i] * ref_cdf(v[i])));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
