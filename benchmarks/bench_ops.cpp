@@ -7,6 +7,7 @@
 // fwd:      inputs do not require grad (no graph is recorded): the op's compute alone.
 // fwd_bwd:  the differentiable inputs require grad; y = op(...); y.backward(g) with a random
 //           upstream g of y's shape (scalar outputs: backward()); .grad is dropped each iteration.
+// Also gelu/512x128/* and gelu/4096x2048/*: GELU on fixed 2-D shapes.
 // Counter items_per_second counts the elements of the op's main input.
 // Threads: XGRAD_THREADS=<n> (default 1). Run e.g.
 //   build-bench/benchmarks/bench_ops --benchmark_filter='softmax'
@@ -200,6 +201,20 @@ int main(int argc, char** argv) {
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
     }
+  // GELU on 2-D float32 activations of fixed shapes (an MLP hidden layer, small and large).
+  const std::pair<const char*, Shape> kGeluShapes[] = {{"512x128", {512, 128}}, {"4096x2048", {4096, 2048}}};
+  for (const auto& [label, shape] : kGeluShapes) {
+    Maker make = [s = shape](const Dims&, xgrad::Rng& r) {
+      return Case{{randn(s, r)}, {true}, [](const auto& in) { return xgrad::gelu(in[0]); }};
+    };
+    const std::string base = std::string("gelu/") + label + "/";
+    benchmark::RegisterBenchmark((base + "fwd").c_str(), run_fwd, make, kSizes[0])
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark((base + "fwd_bwd").c_str(), run_fwd_bwd, make, kSizes[0])
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

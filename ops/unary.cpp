@@ -1,9 +1,11 @@
 // Elementwise functions. y = f(x), dx = g * f'(x), with f' written in xgrad ops so that
 // it can be differentiated again.
 #include <cmath>
+#include <type_traits>
 
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/fastmath.hpp"
 #include "xgrad/ops/unary.hpp"
 
 namespace xgrad {
@@ -21,6 +23,23 @@ template <class Fn> Tensor map(const char* op, const Tensor& x, Fn fn) {
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 constexpr double kTwoOverSqrtPi = 1.12837916709551257390;
+
+// float32 GELU kernels: fastmath's vectorised exp / erfc instead of libm's scalar erff and
+// expf (see ops/fastmath.hpp for their accuracy). float64 keeps std::erf and std::exp.
+XGRAD_FASTMATH_CLONES
+void gelu_f32(const float* __restrict x, float* __restrict y, std::size_t n) {
+  const std::size_t m = fastmath::vector_prefix(n);
+  for (std::size_t i = 0; i < m; ++i) y[i] = fastmath::fast_gelu(x[i]);
+  for (std::size_t i = m; i < n; ++i) y[i] = fastmath::fast_gelu(x[i]);
+}
+
+XGRAD_FASTMATH_CLONES
+void gelu_backward_f32(const float* __restrict x, const float* __restrict g, float* __restrict dx,
+                       std::size_t n) {
+  const std::size_t m = fastmath::vector_prefix(n);
+  for (std::size_t i = 0; i < m; ++i) dx[i] = g[i] * fastmath::fast_gelu_grad(x[i]);
+  for (std::size_t i = m; i < n; ++i) dx[i] = g[i] * fastmath::fast_gelu_grad(x[i]);
+}
 
 }  // namespace
 
@@ -102,9 +121,20 @@ Tensor erf(const Tensor& x) {
 // y = x * Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2
 // dx = g * (Phi(x) + x * phi(x)),  phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
 Tensor gelu(const Tensor& x) {
-  Tensor y = map("gelu", x, [](const auto& v, auto t) {
-    using T = decltype(t);
-    return v * T(0.5) * (T(1) + xt::erf(v * T(kInvSqrt2)));
+  check_float("gelu", "x", x);
+  Tensor y = dispatch_float("gelu", x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = value<T>(x).data();
+    auto out = empty_array<T>(x.shape());
+    if constexpr (std::is_same_v<T, float>) {
+      gelu_f32(px, out.data(), x.numel());
+    } else {
+      for (std::size_t i = 0; i < x.numel(); ++i) {
+        const T v = px[i];
+        out.data()[i] = v * T(0.5) * (T(1) + std::erf(v * T(kInvSqrt2)));
+      }
+    }
+    return make_tensor(std::move(out));
   });
   return record("gelu", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {gelu_backward(n.input(0), g)};
@@ -123,11 +153,15 @@ Tensor gelu_backward(const Tensor& x, const Tensor& g) {
     const T* px = value<T>(x).data();
     const T* pg = value<T>(g).data();
     auto out = empty_array<T>(x.shape());
-    for (std::size_t i = 0; i < x.numel(); ++i) {
-      const T v = px[i];
-      const T Phi = T(0.5) * (T(1) + std::erf(v * T(kInvSqrt2)));
-      const T phi = std::exp(T(-0.5) * v * v) * T(kInvSqrt2Pi);
-      out.data()[i] = pg[i] * (Phi + v * phi);
+    if constexpr (std::is_same_v<T, float>) {
+      gelu_backward_f32(px, pg, out.data(), x.numel());
+    } else {
+      for (std::size_t i = 0; i < x.numel(); ++i) {
+        const T v = px[i];
+        const T Phi = T(0.5) * (T(1) + std::erf(v * T(kInvSqrt2)));
+        const T phi = std::exp(T(-0.5) * v * v) * T(kInvSqrt2Pi);
+        out.data()[i] = pg[i] * (Phi + v * phi);
+      }
     }
     return make_tensor(std::move(out));
   });
