@@ -2,8 +2,8 @@
 // matrices, n = 64, 256, 1024.
 //
 // Both sides run on the same OpenBLAS with the same thread count: 1 by default, or
-// XGRAD_THREADS=<n> (xgrad::set_num_threads sets OpenBLAS's global count, which the raw
-// cblas_sgemm calls use too). Times are wall-clock (UseRealTime), so multi-threaded GEMMs
+// XGRAD_THREADS=<n> (xgrad splits large GEMMs over its own threads; the raw cblas_sgemm
+// cases give OpenBLAS n threads, see bench_threads.hpp). Times are wall-clock (UseRealTime), so multi-threaded GEMMs
 // are measured correctly. Counter GFLOP/s counts 2 n^3 flops per GEMM:
 //   forward: 1 GEMM; forward+backward (dA = G B^T, dB = A^T G): 3 GEMMs.
 // The cblas_* cases are the floor: same GEMMs into preallocated outputs, no graph, no
@@ -60,6 +60,7 @@ void BM_cblas_sgemm(benchmark::State& state) {
   const auto n = std::size_t(state.range(0));
   const int ni = int(n);
   std::vector<float> a = random_vector(n * n, 1), b = random_vector(n * n, 2), c(n * n);
+  RawBlasThreads blas(xgrad::num_threads());
   for (auto _ : state) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, ni, ni, 1.0f, a.data(), ni,
                 b.data(), ni, 0.0f, c.data(), ni);
@@ -116,6 +117,7 @@ void BM_cblas_sgemm_fwd_bwd(benchmark::State& state) {
   const int ni = int(n);
   std::vector<float> a = random_vector(n * n, 1), b = random_vector(n * n, 2),
                      g = random_vector(n * n, 3), c(n * n), da(n * n), db(n * n);
+  RawBlasThreads blas(xgrad::num_threads());
   for (auto _ : state) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, ni, ni, 1.0f, a.data(), ni,
                 b.data(), ni, 0.0f, c.data(), ni);

@@ -101,11 +101,10 @@ void BM_mha(benchmark::State& state, MhaConfig c) {
   state.counters["E"] = double(c.E), state.counters["H"] = double(c.H);
 }
 
-// Raw cblas_sgemm at large's in-projection size, with `threads` OpenBLAS threads (restored after).
+// Raw cblas_sgemm at large's in-projection size, with `threads` OpenBLAS threads.
 void BM_cblas_sgemm_ref(benchmark::State& state, int threads) {
   const int M = 2048, N = 1536, K = 512;
-  const int saved = xgrad::num_threads();
-  xgrad::set_num_threads(threads);
+  RawBlasThreads blas(threads);
   std::vector<float> a = random_vector(std::size_t(M) * K, 1), w = random_vector(std::size_t(N) * K, 2),
                      c(std::size_t(M) * N);
   for (auto _ : state) {
@@ -115,7 +114,6 @@ void BM_cblas_sgemm_ref(benchmark::State& state, int threads) {
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
-  xgrad::set_num_threads(saved);
   set_flops(state, 2.0 * M * N * K);
   state.counters["threads"] = threads;
 }
@@ -126,6 +124,7 @@ void BM_cblas_mha_gemms(benchmark::State& state, MhaConfig c) {
   const int B = int(c.B), T = int(c.T), S = int(c.T), E = int(c.E), H = int(c.H), D = E / H;
   const int N = B * T, E3 = 3 * E;
   const auto sz = [](long n) { return std::size_t(n); };
+  RawBlasThreads blas(xgrad::num_threads());
   std::vector<float> x = random_vector(sz(N) * E, 1), win = random_vector(sz(E3) * E, 2),
                      wout = random_vector(sz(E) * E, 3), g = random_vector(sz(N) * E, 4),
                      qkv(sz(N) * E3), p(sz(B) * H * T * S), ctx(sz(N) * E), y(sz(N) * E),

@@ -1,5 +1,9 @@
-// Shared by the benchmark programs: the OpenBLAS thread count comes from XGRAD_THREADS
+// Shared by the benchmark programs: xgrad's thread count comes from XGRAD_THREADS
 // (default 1), is set, recorded in the benchmark context and returned.
+//
+// xgrad keeps OpenBLAS single-threaded and splits work over its own threads (runtime.hpp).
+// Raw cblas reference cases therefore give OpenBLAS the same count for their duration with
+// RawBlasThreads (OpenBLAS's own threading is the reference), and put it back to 1 after.
 #pragma once
 #include <benchmark/benchmark.h>
 
@@ -22,6 +26,13 @@ inline int set_threads_from_env(const char* program) {
   }
   xgrad::set_num_threads(threads);
   benchmark::AddCustomContext("xgrad_threads", std::to_string(threads));
-  benchmark::AddCustomContext("openblas_threads", std::to_string(xgrad::num_threads()));
   return threads;
 }
+
+extern "C" void openblas_set_num_threads(int);
+struct RawBlasThreads {
+  explicit RawBlasThreads(int n) { openblas_set_num_threads(n); }
+  ~RawBlasThreads() { openblas_set_num_threads(1); }
+  RawBlasThreads(const RawBlasThreads&) = delete;
+  RawBlasThreads& operator=(const RawBlasThreads&) = delete;
+};

@@ -11,8 +11,8 @@ namespace xgrad {
 // one thread is configured, n < 2, when called from inside another parallel_for, or when
 // the work is too small to pay for waking a thread: n * cost_per_item < kMinParallelWork
 // (cost in multiply-adds or comparable simple operations).
-// While the ranges run OpenBLAS is held to one thread, so GEMMs inside a body run on
-// their own thread instead of oversubscribing the cores. One parallel_for runs at a time
+// GEMMs inside a body run on their own thread (OpenBLAS is single-threaded, see
+// runtime.hpp, and a nested parallel_for runs inline). One parallel_for runs at a time
 // (calls from several user threads queue).
 constexpr std::size_t kMinParallelWork = std::size_t(1) << 17;
 void parallel_for(std::size_t n, std::size_t cost_per_item,

@@ -1,6 +1,7 @@
 // Process-wide settings: BLAS threads and allocator tuning.
 #include <malloc.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -15,19 +16,28 @@ extern "C" int openblas_get_num_threads(void);
 namespace xgrad {
 
 namespace {
-std::atomic<int> g_threads{0};  // 0: not set yet, OpenBLAS's own default applies
+// xgrad's thread count. OpenBLAS itself always runs single-threaded: xgrad splits large GEMMs
+// and attention heads over its own parallel_for workers, so no second pool of BLAS threads
+// spins for the same cores. The default is OpenBLAS's (OPENBLAS_NUM_THREADS, else one per
+// core), read once when the library loads.
+struct Threads {
+  std::atomic<int> n;
+  Threads() : n(std::max(1, openblas_get_num_threads())) { openblas_set_num_threads(1); }
+};
+Threads& threads() {
+  static Threads t;
+  return t;
 }
+const bool threads_initialised = (threads(), true);
+}  // namespace
 
 void set_num_threads(int n) {
   if (n < 1) throw ValueError("set_num_threads: n must be >= 1, got " + std::to_string(n));
-  g_threads = n;
-  openblas_set_num_threads(n);
+  threads().n = n;
+  openblas_set_num_threads(1);
 }
 
-int num_threads() {
-  const int n = g_threads;
-  return n > 0 ? n : openblas_get_num_threads();
-}
+int num_threads() { return threads().n; }
 
 namespace {
 struct MallocTuning {

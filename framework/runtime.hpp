@@ -3,9 +3,10 @@
 
 namespace xgrad {
 
-// Threads for one op: OpenBLAS's GEMM threads (openblas_set_num_threads) and the workers
-// of parallel_for (attention heads run in parallel). Small GEMMs are faster on one
-// thread; tests use 1. n < 1 is a ValueError. Until set, OpenBLAS's default applies
+// Threads for one op: large GEMMs are split into row (or column) blocks and attention
+// heads run in parallel, on parallel_for's workers; OpenBLAS itself is kept at one thread
+// (one pool of threads, not two competing for the cores). Small work stays on the calling
+// thread. Tests use 1. n < 1 is a ValueError. Default: OpenBLAS's default count
 // (OPENBLAS_NUM_THREADS, else one per core).
 void set_num_threads(int n);
 int num_threads();

@@ -3,9 +3,28 @@
 
 #include <algorithm>
 
+#include "xgrad/framework/parallel.hpp"
+#include "xgrad/framework/runtime.hpp"
 #include "xgrad/ops/detail.hpp"
 
 namespace xgrad::detail {
+
+namespace {
+template <class T>
+void gemm_one_thread(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
+                     const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
+  const auto TA = trans_a ? CblasTrans : CblasNoTrans, TB = trans_b ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, TA, TB, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta,
+                C, int(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, TA, TB, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta,
+                C, int(ldc));
+}
+// GEMMs of at least this many multiply-adds are split over the threads (~10 us on one core).
+constexpr std::size_t kParallelGemm = std::size_t(1) << 20;
+constexpr std::size_t kSplitBlock = 32;  // rows (or columns) per work item
+}  // namespace
 
 template <class T>
 void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
@@ -16,13 +35,22 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
       for (std::size_t j = 0; j < N; ++j) C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
     return;
   }
-  const auto TA = trans_a ? CblasTrans : CblasNoTrans, TB = trans_b ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, TA, TB, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta,
-                C, int(ldc));
-  else
-    cblas_dgemm(CblasRowMajor, TA, TB, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta,
-                C, int(ldc));
+  if (num_threads() < 2 || M * N * K < kParallelGemm)
+    return gemm_one_thread(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  // Split C into blocks of kSplitBlock rows (or columns, when it is wider than tall): rows
+  // [m0, m1) of C need rows [m0, m1) of op(A) only; columns [n0, n1) columns of op(B) only.
+  const bool by_rows = M >= N;
+  const std::size_t len = by_rows ? M : N, blocks = (len + kSplitBlock - 1) / kSplitBlock;
+  parallel_for(blocks, kSplitBlock * (by_rows ? N : M) * K, [&](std::size_t begin, std::size_t end) {
+    const std::size_t lo = begin * kSplitBlock, hi = std::min(len, end * kSplitBlock);
+    if (lo >= hi) return;
+    if (by_rows)
+      gemm_one_thread(trans_a, trans_b, hi - lo, N, K, alpha, trans_a ? A + lo : A + lo * lda, lda, B, ldb, beta,
+                      C + lo * ldc, ldc);
+    else
+      gemm_one_thread(trans_a, trans_b, M, hi - lo, K, alpha, A, lda, trans_b ? B + lo * ldb : B + lo, ldb, beta,
+                      C + lo, ldc);
+  });
 }
 template void gemm<float>(bool, bool, std::size_t, std::size_t, std::size_t, float, const float*,
                           std::size_t, const float*, std::size_t, float, float*, std::size_t);
