@@ -31,7 +31,7 @@ struct CommonOptions {
 inline void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_option("--steps", o.steps, "maximum training steps")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--seed", o.seed, "random seed (model init and data)");
-  app.add_option("--threads", o.threads, "OpenBLAS threads")->check(CLI::Range(1, 256));
+  app.add_option("--threads", o.threads, "threads for ops (GEMM blocks, attention heads)")->check(CLI::Range(1, 256));
   app.add_option("--out", o.out, "output directory (metrics.json, PNGs, checkpoint)");
   app.add_flag("--resume", o.resume, "continue from <out>/checkpoint.safetensors");
   app.add_option("--eval-every", o.eval_every, "steps between held-out evaluations")->check(CLI::PositiveNumber);

@@ -1,4 +1,5 @@
-// Boost.Test entry point; every test_*.cpp adds suites. OpenBLAS runs on one thread.
+// Boost.Test entry point; every test_*.cpp adds suites. Ops run on one thread (tests of
+// threading set 2 themselves and restore 1).
 #define BOOST_TEST_MODULE xgrad
 #include <boost/test/unit_test.hpp>
 
