@@ -212,10 +212,10 @@ XGRAD_FASTMATH_INLINE void erf_array(const float* __restrict in, float* __restri
 // is built for (SSE2), and pick one when the library is loaded, by the CPU's features (an
 // ifunc). Loops of the functions above inside such a kernel (they are all forced inline) run
 // 2-4x faster with the wider vectors and FMA. Empty with other compilers and targets, and in
-// AddressSanitizer builds (ifunc resolvers can run during relocation, before the sanitizer runtime
-// is initialised; those builds test the baseline code).
+// Address- and ThreadSanitizer builds (ifunc resolvers can run during relocation, before the
+// sanitizer runtime is initialised; those builds test the baseline code).
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && defined(__x86_64__) && \
-    defined(__linux__) && !defined(__SANITIZE_ADDRESS__)
+    defined(__linux__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define XGRAD_FASTMATH_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
