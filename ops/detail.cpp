@@ -57,6 +57,13 @@ template void gemm<float>(bool, bool, std::size_t, std::size_t, std::size_t, flo
 template void gemm<double>(bool, bool, std::size_t, std::size_t, std::size_t, double, const double*,
                            std::size_t, const double*, std::size_t, double, double*, std::size_t);
 
+void parallel_chunks(std::size_t n, const std::function<void(std::size_t, std::size_t)>& f) {
+  constexpr std::size_t kChunk = 4096;
+  parallel_for((n + kChunk - 1) / kChunk, kChunk, [&](std::size_t begin, std::size_t end) {
+    f(begin * kChunk, std::min(n, end * kChunk));
+  });
+}
+
 Shape broadcast_shapes(const char* op, const char* arg_a, const Shape& a, const char* arg_b,
                        const Shape& b) {
   std::size_t r = std::max(a.size(), b.size());

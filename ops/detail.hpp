@@ -1,5 +1,6 @@
 // xgrad/ops/detail.hpp — small helpers shared by op implementations (.cpp files only).
 #pragma once
+#include <functional>
 #include <string>
 
 #include "xgrad/framework/array.hpp"
@@ -36,6 +37,10 @@ std::vector<std::size_t> contiguous_strides(const Shape& shape);
 template <class T>
 void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
           const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc);
+
+// f(lo, hi) over [0, n) in chunks of 4096 elements, spread over parallel_for's threads
+// when n is long enough to pay for it (elementwise loops).
+void parallel_chunks(std::size_t n, const std::function<void(std::size_t lo, std::size_t hi)>& f);
 
 // Walks the row-major positions of `shape` one innermost row at a time, for two operands
 // with element strides sa and sb (0 along broadcast dims):

@@ -22,6 +22,12 @@ Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b, Fn fn) {
     const T* pb = value<T>(b).data();
     auto y = empty_array<T>(Y);
     T* py = y.data();
+    if (a.shape() == b.shape()) {  // one flat loop, in chunks over the threads when long
+      detail::parallel_chunks(numel(Y), [&](std::size_t lo, std::size_t hi) {
+        for (std::size_t i = lo; i < hi; ++i) py[i] = fn(pa[i], pb[i]);
+      });
+      return make_tensor(std::move(y));
+    }
     const auto sa = detail::broadcast_strides(detail::pad_left(a.shape(), Y.size()), Y);
     const auto sb = detail::broadcast_strides(detail::pad_left(b.shape(), Y.size()), Y);
     detail::for_each_row(Y, sa, sb, [&](std::size_t oa, std::size_t ob, std::size_t oy, std::size_t n,

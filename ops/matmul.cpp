@@ -1,4 +1,5 @@
 // matmul and linear on cblas_{s,d}gemm.
+#include "xgrad/framework/parallel.hpp"
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/matmul.hpp"
 #include "xgrad/ops/reduce.hpp"
@@ -163,7 +164,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
     T beta = T(0);
     if (bias.defined()) {
       const T* pb = value<T>(bias).data();
-      for (std::size_t r = 0; r < N; ++r) std::copy_n(pb, out, yv.data() + r * out);
+      T* py = yv.data();
+      parallel_for(N, out, [&](std::size_t lo, std::size_t hi) {  // rows
+        for (std::size_t r = lo; r < hi; ++r) std::copy_n(pb, out, py + r * out);
+      });
       beta = T(1);
     }
     gemm<T>(false, true, N, out, in, value<T>(x).data(), value<T>(w).data(), beta, yv.data());

@@ -1,6 +1,7 @@
 // Reductions. Shapes: x: X (rank r); K: X with reduced axes set to 1 ("keepdim" shape).
 #include <algorithm>
 
+#include "xgrad/framework/parallel.hpp"
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/reduce.hpp"
@@ -39,7 +40,22 @@ Tensor reduce_sum(const char* op, const Tensor& x, const Shape& K, const Shape& 
   return dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     xt::xarray<T> y = xt::zeros<T>(out_shape);
-    sum_into(value<T>(x).data(), x.shape(), y.data(), K);
+    const Shape& X = x.shape();
+    const bool column_sums = X.size() >= 2 && K.back() == X.back() &&
+                             std::all_of(K.begin(), K.end() - 1, [](std::size_t k) { return k == 1; });
+    if (column_sums) {  // (rows, cols) -> (cols), e.g. a bias gradient: column blocks over the threads
+      const std::size_t cols = X.back(), rows = cols ? x.numel() / cols : 0;
+      const T* px = value<T>(x).data();
+      T* py = y.data();
+      constexpr std::size_t kCols = 64;
+      parallel_for((cols + kCols - 1) / kCols, kCols * rows, [&](std::size_t begin, std::size_t end) {
+        const std::size_t c0 = begin * kCols, c1 = std::min(cols, end * kCols);
+        for (std::size_t r = 0; r < rows; ++r)
+          for (std::size_t j = c0; j < c1; ++j) py[j] += px[r * cols + j];
+      });
+      return make_tensor(std::move(y));
+    }
+    sum_into(value<T>(x).data(), X, y.data(), K);
     return make_tensor(std::move(y));
   });
 }

@@ -101,4 +101,22 @@ BOOST_AUTO_TEST_CASE(split_gemms_match_one_thread) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(threaded_elementwise_bias_and_column_sums_are_bit_identical) {
+  Rng rng(22);
+  Tensor x = randn({700, 300}, rng), y = randn({700, 300}, rng), w = randn({200, 300}, rng), b = randn({200}, rng);
+  auto run = [&] {
+    std::vector<double> all;
+    for (const Tensor& t : {mul(x, y), add(x, y), sum(x, {0}), sum(reshape(x, {7, 100, 300}), {0, 1}),
+                            linear(x, w, b)}) {
+      auto v = t.to_vector();
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  };
+  const auto one = run();
+  std::vector<double> two;
+  with_threads(2, [&] { two = run(); });
+  BOOST_TEST(one == two);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
