@@ -373,6 +373,20 @@ template <class T> void scale_into(const Tensor& src, const Tensor& dst, double 
 }
 }  // namespace
 
+namespace {
+// sum of g^2 in double, without copying g.
+double squared_norm(const Tensor& g) {
+  double total = 0;
+  auto add = [&](const auto* p) {
+    for (std::size_t j = 0, n = g.numel(); j < n; ++j) total += double(p[j]) * double(p[j]);
+  };
+  if (g.dtype() == DType::Float32) add(g.data<float>());
+  else if (g.dtype() == DType::Float64) add(g.data<double>());
+  else for (double x : g.to_vector()) total += x * x;
+  return total;
+}
+}  // namespace
+
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   if (!(max_norm >= 0))
     throw ValueError("clip_grad_norm: max_norm must be >= 0, got " + num(max_norm));
@@ -382,7 +396,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
       throw ValueError("clip_grad_norm: parameter " + std::to_string(i) + " is undefined");
     Tensor g = params[i].grad();
     if (!g.defined()) continue;
-    for (double x : g.to_vector()) sq += x * x;
+    sq += squared_norm(g);
   }
   const double total = std::sqrt(sq);
   const double coef = max_norm / (total + 1e-6);
