@@ -3,7 +3,7 @@
 //
 // Both sides run on the same OpenBLAS with the same thread count: 1 by default, or
 // XGRAD_THREADS=<n> (xgrad splits large GEMMs over its own threads; the raw cblas_sgemm
-// cases give OpenBLAS n threads, see bench_threads.hpp). Times are wall-clock (UseRealTime), so multi-threaded GEMMs
+// cases give OpenBLAS n threads, see bench_common.hpp). Times are wall-clock (UseRealTime), so multi-threaded GEMMs
 // are measured correctly. Counter GFLOP/s counts 2 n^3 flops per GEMM:
 //   forward: 1 GEMM; forward+backward (dA = G B^T, dB = A^T G): 3 GEMMs.
 // The cblas_* cases are the floor: same GEMMs into preallocated outputs, no graph, no
@@ -18,7 +18,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "bench_threads.hpp"
+#include "bench_common.hpp"
 
 #include "xgrad/xgrad.hpp"
 
@@ -30,14 +30,6 @@ void set_flops(benchmark::State& state, double flops_per_iter) {
 }
 
 double gemm_flops(std::size_t n) { return 2.0 * double(n) * double(n) * double(n); }
-
-std::vector<float> random_vector(std::size_t size, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(size);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 
 xgrad::Tensor random_tensor(const xgrad::Shape& shape, unsigned seed) {
   xgrad::Rng rng(seed);
@@ -148,9 +140,5 @@ BENCHMARK(BM_cblas_sgemm_fwd_bwd)->Apply(sizes);
 
 int main(int argc, char** argv) {
   set_threads_from_env("bench_matmul");
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return run_benchmarks(argc, argv);
 }

@@ -43,7 +43,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "bench_threads.hpp"
+#include "bench_common.hpp"
 
 #include "reverse_step.hpp"
 #include "xgrad/xgrad.hpp"
@@ -67,14 +67,6 @@ void set_flops(benchmark::State& state, double flops_per_iter) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops_per_iter * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GFLOP"] = flops_per_iter * 1e-9;
-}
-
-std::vector<float> random_vector(std::size_t size, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(size);
-  for (auto& x : v) x = dist(rng);
-  return v;
 }
 
 void BM_mha(benchmark::State& state, MhaConfig c) {
@@ -209,9 +201,5 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("BM_train_step_reverse", BM_train_step_reverse)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return run_benchmarks(argc, argv);
 }

@@ -20,7 +20,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "bench_threads.hpp"
+#include "bench_common.hpp"
 
 #include "xgrad/xgrad.hpp"
 
@@ -215,9 +215,5 @@ int main(int argc, char** argv) {
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
   }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return run_benchmarks(argc, argv);
 }

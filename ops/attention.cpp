@@ -135,18 +135,6 @@ float exp_shifted_sum<float>(float* x, std::size_t n, float mx) {
   return exp_shifted_sum_f32(x, n, mx);
 }
 
-template <class T>
-T row_dot(const T* a, const T* b, std::size_t n) {
-  T acc[kLanes] = {};
-  std::size_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (std::size_t l = 0; l < kLanes; ++l) acc[l] += a[j + l] * b[j + l];
-  for (; j < n; ++j) acc[0] += a[j] * b[j];
-  T total = 0;
-  for (std::size_t l = 0; l < kLanes; ++l) total += acc[l];
-  return total;
-}
-
 // Row i of head (b, h): x[0, c) holds the scaled scores of the keys this row block
 // computed; on return x[0, S) holds the probabilities (0 for masked keys and keys >= c).
 template <class T>
@@ -234,7 +222,7 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
         for (std::size_t i = 0; i < r; ++i) {
           const T* p = Pr + i * d.S;
           T* g = dP.data() + i * c;
-          const T dot = row_dot(g, p, c);
+          const T dot = detail::lane_sum<T>(c, [g, p](std::size_t j) { return g[j] * p[j]; });
           for (std::size_t j = 0; j < c; ++j) g[j] = p[j] * (g[j] - dot);
         }
         if (dq.base) detail::gemm<T>(false, false, r, d.D, c, scale, dP.data(), c, k.at(b, h), k.ld, T(0), dq.at(b, h, r0), dq.ld);
@@ -268,13 +256,7 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
 
 void check_masks(const char* op, const AttentionMasks& m, const Dims& d, DType dtype) {
   const Shape full{d.B, d.H, d.T, d.S};
-  if (m.mask.defined()) {
-    if (m.mask.dtype() != DType::Bool)
-      throw DTypeError(std::string(op) + ": argument 'mask' must be bool (true = masked), got " + dtype_name(m.mask.dtype()));
-    if (m.mask.dim() > 4 || detail::broadcast_shapes(op, "mask", m.mask.shape(), "scores", full) != full)
-      throw ShapeError(std::string(op) + ": argument 'mask' " + shape_str(m.mask.shape()) +
-                       " does not broadcast to the scores (B, H, T, S) = " + shape_str(full));
-  }
+  if (m.mask.defined()) check_mask_fits(op, m.mask, full);  // Bool, broadcasts to (B, H, T, S)
   if (m.key_padding_mask.defined()) {
     if (m.key_padding_mask.dtype() != DType::Bool)
       throw DTypeError(std::string(op) + ": argument 'key_padding_mask' must be bool (true = padding), got " +

@@ -38,6 +38,21 @@ template <class T>
 void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
           const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc);
 
+// sum_{i < n} f(i) in 8 interleaved partial sums: independent adds pipeline (and the
+// compiler can vectorise them) where one running sum is a chain of n dependent adds.
+template <class T, class F>
+T lane_sum(std::size_t n, F&& f) {
+  constexpr std::size_t kLanes = 8;
+  T acc[kLanes] = {};
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::size_t j = 0; j < kLanes; ++j) acc[j] += f(i + j);
+  for (std::size_t j = 0; i < n; ++i, ++j) acc[j] += f(i);
+  T s = 0;
+  for (std::size_t j = 0; j < kLanes; ++j) s += acc[j];
+  return s;
+}
+
 // f(lo, hi) over [0, n) in chunks of 4096 elements, spread over parallel_for's threads
 // when n is long enough to pay for it (elementwise loops).
 void parallel_chunks(std::size_t n, const std::function<void(std::size_t lo, std::size_t hi)>& f);

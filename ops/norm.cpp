@@ -31,21 +31,6 @@
 namespace xgrad {
 namespace {
 
-// sum_{i < n} f(i) in kLanes interleaved partial sums: independent adds pipeline (and the
-// compiler can vectorise them) where one running sum is a chain of n dependent adds.
-constexpr std::size_t kLanes = 8;
-template <class T, class F>
-T row_sum(std::size_t n, F&& f) {
-  T acc[kLanes] = {};
-  std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (std::size_t j = 0; j < kLanes; ++j) acc[j] += f(i + j);
-  for (std::size_t j = 0; i < n; ++i, ++j) acc[j] += f(i);
-  T s = 0;
-  for (std::size_t j = 0; j < kLanes; ++j) s += acc[j];
-  return s;
-}
-
 // x (R, N) -> y (R, N), mean (R), rstd (R).  w, b: (N) or nullptr.  N >= 1.
 template <class T>
 void layer_norm_rows(const T* x, const T* w, const T* b, std::size_t R, std::size_t N, T eps, T* y,
@@ -55,9 +40,9 @@ void layer_norm_rows(const T* x, const T* w, const T* b, std::size_t R, std::siz
     const T* xr = x + r * N;
     T* yr = y + r * N;
     // mean_r = 1/N sum_i x_ri
-    const T m = row_sum<T>(N, [xr](std::size_t i) { return xr[i]; }) * inv_n;
+    const T m = detail::lane_sum<T>(N, [xr](std::size_t i) { return xr[i]; }) * inv_n;
     // var_r = 1/N sum_i (x_ri - mean_r)^2   (second pass over the row: no cancellation)
-    const T v = row_sum<T>(N, [xr, m](std::size_t i) {
+    const T v = detail::lane_sum<T>(N, [xr, m](std::size_t i) {
                   const T d = xr[i] - m;
                   return d * d;
                 }) * inv_n;
@@ -104,8 +89,8 @@ void layer_norm_backward_rows(const T* x, const T* w, const T* g, const T* mean,
       gw = gw_row.data();
     }
     // a = 1/N sum_i gw_ri,   c = 1/N sum_i gw_ri * xhat_ri
-    const T a = row_sum<T>(N, [gw](std::size_t i) { return gw[i]; }) * inv_n;
-    const T c = row_sum<T>(N, [gw, xr, m, s](std::size_t i) { return gw[i] * ((xr[i] - m) * s); }) * inv_n;
+    const T a = detail::lane_sum<T>(N, [gw](std::size_t i) { return gw[i]; }) * inv_n;
+    const T c = detail::lane_sum<T>(N, [gw, xr, m, s](std::size_t i) { return gw[i] * ((xr[i] - m) * s); }) * inv_n;
     // dx_ri = rstd_r * (gw_ri - a - xhat_ri * c)
     T* dxr = dx + r * N;
     for (std::size_t i = 0; i < N; ++i) dxr[i] = s * (gw[i] - a - ((xr[i] - m) * s) * c);

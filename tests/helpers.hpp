@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <string>
 #include <sstream>
 
@@ -50,6 +51,22 @@ inline boost::test_tools::predicate_result allclose(const Tensor& a, const Tenso
 }
 
 inline Tensor f64(const std::vector<double>& v, const Shape& s) { return tensor(v, s, DType::Float64); }
+inline Tensor f32(const std::vector<double>& v, const Shape& s) { return tensor(v, s, DType::Float32); }
+
+// Deterministic pseudo-random values in [lo, hi).
+inline std::vector<double> vals(std::size_t n, unsigned seed, double lo = -2.0, double hi = 2.0) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> d(lo, hi);
+  std::vector<double> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+// The values as float32 would store them.
+inline std::vector<double> round32(const std::vector<double>& v) {
+  std::vector<double> r(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) r[i] = double(float(v[i]));
+  return r;
+}
 inline Tensor leaf(const std::vector<double>& v, const Shape& s) {
   Tensor t = f64(v, s);
   t.set_requires_grad(true);

@@ -13,25 +13,15 @@
 
 using namespace xgrad;
 using test::allclose;
+using test::f32;
+using test::f64;
+using test::round32;
+using test::vals;
 
 namespace {
 
 using Vec = std::vector<double>;
 
-Vec vals(std::size_t n, unsigned seed, double lo = -2.0, double hi = 2.0) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> d(lo, hi);
-  Vec v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-Vec round32(const Vec& v) {
-  Vec r(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) r[i] = double(float(v[i]));
-  return r;
-}
-Tensor f64(const Vec& v, const Shape& s) { return tensor(v, s, DType::Float64); }
-Tensor f32(const Vec& v, const Shape& s) { return tensor(v, s, DType::Float32); }
 Tensor leaf(const Tensor& t) {
   Tensor l = t.detach().clone();
   l.set_requires_grad(true);

@@ -12,6 +12,10 @@
 
 using namespace xgrad;
 using test::allclose;
+using test::f32;
+using test::f64;
+using test::round32;
+using test::vals;
 
 namespace {
 
@@ -21,8 +25,6 @@ constexpr double kE = 2.71828182845904523536;
 constexpr double kPi = 3.14159265358979323846;
 constexpr double kRtol32 = 2e-6, kAtol32 = 1e-6;  // float32 tolerances
 
-Tensor f32(const Vec& v, const Shape& s) { return tensor(v, s, DType::Float32); }
-Tensor f64(const Vec& v, const Shape& s) { return tensor(v, s, DType::Float64); }
 Tensor leaf64(const Vec& v, const Shape& s) { return test::leaf(v, s); }
 Tensor leaf32(const Vec& v, const Shape& s) {
   Tensor t = f32(v, s);
@@ -31,20 +33,6 @@ Tensor leaf32(const Vec& v, const Shape& s) {
 }
 std::string sh(const Tensor& t) { return shape_str(t.shape()); }
 
-// Deterministic pseudo-random values in [lo, hi).
-Vec vals(std::size_t n, unsigned seed, double lo = -2.0, double hi = 2.0) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> d(lo, hi);
-  Vec v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-// The values as float32 would store them.
-Vec round32(const Vec& v) {
-  Vec r(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) r[i] = double(float(v[i]));
-  return r;
-}
 Vec map(const Vec& v, const std::function<double(double)>& f) {
   Vec r(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) r[i] = f(v[i]);

@@ -1,5 +1,7 @@
-// Shared by the benchmark programs: xgrad's thread count comes from XGRAD_THREADS
-// (default 1), is set, recorded in the benchmark context and returned.
+// Shared by the benchmark programs: thread setup, random inputs, the benchmark main's tail.
+//
+// xgrad's thread count comes from XGRAD_THREADS (default 1), is set, recorded in the
+// benchmark context and returned.
 //
 // xgrad keeps OpenBLAS single-threaded and splits work over its own threads (runtime.hpp).
 // Raw cblas reference cases therefore give OpenBLAS the same count for their duration with
@@ -9,7 +11,9 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <random>
 #include <string>
+#include <vector>
 
 #include <xgrad/framework/runtime.hpp>
 
@@ -36,3 +40,21 @@ struct RawBlasThreads {
   RawBlasThreads(const RawBlasThreads&) = delete;
   RawBlasThreads& operator=(const RawBlasThreads&) = delete;
 };
+
+// size values from N(0, 1), reproducible from seed.
+inline std::vector<float> random_vector(std::size_t size, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(size);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// The end of every benchmark main: parse flags, run what they select.
+inline int run_benchmarks(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
