@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <xgrad/framework/array.hpp>  // AlignedAllocator
 #include <xgrad/framework/runtime.hpp>
 
 inline int set_threads_from_env(const char* program) {
@@ -41,11 +42,15 @@ struct RawBlasThreads {
   RawBlasThreads& operator=(const RawBlasThreads&) = delete;
 };
 
+// Raw reference buffers, aligned like xgrad's tensor storage (a 64x64 sgemm runs up to 14%
+// slower on 16-byte-aligned inputs, so both sides of a comparison get the same alignment).
+using FloatVector = std::vector<float, xgrad::AlignedAllocator<float>>;
+
 // size values from N(0, 1), reproducible from seed.
-inline std::vector<float> random_vector(std::size_t size, unsigned seed) {
+inline FloatVector random_vector(std::size_t size, unsigned seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(size);
+  FloatVector v(size);
   for (auto& x : v) x = dist(rng);
   return v;
 }

@@ -51,7 +51,7 @@ void BM_xgrad_matmul(benchmark::State& state) {
 void BM_cblas_sgemm(benchmark::State& state) {
   const auto n = std::size_t(state.range(0));
   const int ni = int(n);
-  std::vector<float> a = random_vector(n * n, 1), b = random_vector(n * n, 2), c(n * n);
+  FloatVector a = random_vector(n * n, 1), b = random_vector(n * n, 2), c(n * n);
   RawBlasThreads blas(xgrad::num_threads());
   for (auto _ : state) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, ni, ni, 1.0f, a.data(), ni,
@@ -107,7 +107,7 @@ void BM_xgrad_linear_fwd_bwd(benchmark::State& state) {
 void BM_cblas_sgemm_fwd_bwd(benchmark::State& state) {
   const auto n = std::size_t(state.range(0));
   const int ni = int(n);
-  std::vector<float> a = random_vector(n * n, 1), b = random_vector(n * n, 2),
+  FloatVector a = random_vector(n * n, 1), b = random_vector(n * n, 2),
                      g = random_vector(n * n, 3), c(n * n), da(n * n), db(n * n);
   RawBlasThreads blas(xgrad::num_threads());
   for (auto _ : state) {

@@ -97,7 +97,7 @@ void BM_mha(benchmark::State& state, MhaConfig c) {
 void BM_cblas_sgemm_ref(benchmark::State& state, int threads) {
   const int M = 2048, N = 1536, K = 512;
   RawBlasThreads blas(threads);
-  std::vector<float> a = random_vector(std::size_t(M) * K, 1), w = random_vector(std::size_t(N) * K, 2),
+  FloatVector a = random_vector(std::size_t(M) * K, 1), w = random_vector(std::size_t(N) * K, 2),
                      c(std::size_t(M) * N);
   for (auto _ : state) {
     // C (M,N) = A (M,K) W^T, W (N,K): as linear(x, W).
@@ -117,7 +117,7 @@ void BM_cblas_mha_gemms(benchmark::State& state, MhaConfig c) {
   const int N = B * T, E3 = 3 * E;
   const auto sz = [](long n) { return std::size_t(n); };
   RawBlasThreads blas(xgrad::num_threads());
-  std::vector<float> x = random_vector(sz(N) * E, 1), win = random_vector(sz(E3) * E, 2),
+  FloatVector x = random_vector(sz(N) * E, 1), win = random_vector(sz(E3) * E, 2),
                      wout = random_vector(sz(E) * E, 3), g = random_vector(sz(N) * E, 4),
                      qkv(sz(N) * E3), p(sz(B) * H * T * S), ctx(sz(N) * E), y(sz(N) * E),
                      dctx(sz(N) * E), dwout(sz(E) * E), dp(sz(T) * S), dqkv(sz(N) * E3),

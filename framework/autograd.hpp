@@ -62,6 +62,10 @@ class Node : public std::enable_shared_from_this<Node> {
 Tensor record(const char* op_name, Tensor out, std::vector<Tensor> inputs,
               BackwardFn backward, bool allow_nonfinite = false);
 
+// False when record() would return `out` untouched (anomaly mode off, and grad mode off or no
+// input requiring grad): lets hot ops skip building record()'s inputs and closure.
+template <class... Inputs> bool will_record(const Inputs&... inputs);
+
 // --- anomaly mode (thread-local, off by default) --------------------------------------
 // When on, the first op whose forward output, or whose backward gradient, contains NaN or
 // inf while all its float inputs (in backward: the upstream gradient) are finite throws
@@ -100,6 +104,10 @@ class EnableGradGuard {
  private:
   bool prev_;
 };
+
+template <class... Inputs> bool will_record(const Inputs&... inputs) {
+  return is_anomaly_enabled() || (is_grad_enabled() && (inputs.requires_grad() || ...));
+}
 
 // --- engine ---------------------------------------------------------------------------
 // Accumulates d(outputs)/d(leaf) . grad_outputs into every reachable leaf's .grad.

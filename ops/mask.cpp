@@ -1,9 +1,10 @@
 // Masks and selection. Masks are Bool tensors; true = masked.
 #include <cmath>
 
+#include "xgrad/ops/detail.hpp"  // before xtensor headers (array.hpp sets xtensor's allocator)
+
 #include <xtensor/xbroadcast.hpp>
 
-#include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/mask.hpp"
 #include "xgrad/ops/reduce.hpp"
 

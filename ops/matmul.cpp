@@ -28,16 +28,19 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool ta, bool tb) {
                      " and argument 'b' " + shape_str(bs) + (tb ? " (transposed)" : "") +
                      ": inner dimensions " + std::to_string(k) + " != " + std::to_string(kb));
   const Shape abatch(as.begin(), as.end() - 2), bbatch(bs.begin(), bs.end() - 2);
-  Shape batch;
-  try {
-    batch = detail::broadcast_shapes("matmul", "a", abatch, "b", bbatch);
-  } catch (const ShapeError&) {
-    throw ShapeError("matmul: batch dimensions of argument 'a' " + shape_str(as) +
-                     " and argument 'b' " + shape_str(bs) + " cannot be broadcast together");
+  Shape batch;  // broadcast batch dims; none for two 2-D operands
+  if (!abatch.empty() || !bbatch.empty()) {
+    try {
+      batch = detail::broadcast_shapes("matmul", "a", abatch, "b", bbatch);
+    } catch (const ShapeError&) {
+      throw ShapeError("matmul: batch dimensions of argument 'a' " + shape_str(as) +
+                       " and argument 'b' " + shape_str(bs) + " cannot be broadcast together");
+    }
   }
-  Shape ys = batch;
-  ys.push_back(n);
-  ys.push_back(m);
+  Shape ys(batch.size() + 2);
+  std::copy(batch.begin(), batch.end(), ys.begin());
+  ys[batch.size()] = n;
+  ys[batch.size() + 1] = m;
   const std::size_t nbatch = numel(batch);
   return dispatch_float("matmul", a.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -94,6 +97,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     return squeeze(matmul(a, unsqueeze(b, 1), ta, false), -1);
   }
   Tensor y = matmul_forward(a, b, ta, tb);
+  if (!will_record(a, b)) return y;
   return record("matmul", y, {a, b}, [ta, tb](const Node& nd, const Tensor& g) -> std::vector<Tensor> {
     const Tensor &a = nd.input(0), &b = nd.input(1);
     Tensor da, db;

@@ -1,5 +1,6 @@
 // The backward engine: accumulation, shared subgraphs, long chains, graph lifetime,
 // grad modes, functional grad, and gradcheck's own ability to catch wrong gradients.
+#include <cstdint>
 #include <thread>
 
 #include "helpers.hpp"
@@ -225,6 +226,34 @@ BOOST_AUTO_TEST_CASE(float32_and_float64_graphs) {
     BOOST_TEST(x.grad().dtype() == dt);
     BOOST_TEST(allclose(x.grad(), {std::exp(1.0) * 2, std::exp(2.0) * 3, std::exp(3.0) * 4}, 1e-5));
   }
+}
+
+// Storage from 512 bytes up is 64-byte aligned (array.hpp's AlignedAllocator), for every way a
+// tensor's storage is made: factories, op outputs, clones, gradients; values survive.
+BOOST_AUTO_TEST_CASE(tensor_storage_is_aligned_to_64_bytes_from_512_bytes) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 64 == 0; };
+  Rng rng(7);
+  for (std::size_t n : {128u, 129u, 1000u, 4096u, 100000u}) {
+    for (DType dt : {DType::Float32, DType::Float64}) {
+      Tensor a = randn({n}, rng, dt).set_requires_grad();
+      Tensor y = mul(a, a);
+      sum(y).backward();
+      for (const Tensor& t : {a, y, a.grad(), a.clone(), zeros({n}, dt)})
+        BOOST_TEST(aligned(t.raw_data()), "n = " << n << " " << dtype_name(dt));
+      const auto av = a.to_vector(), gv = a.grad().to_vector();
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < n; ++i) wrong += gv[i] != 2 * av[i];
+      BOOST_TEST(wrong == 0u);
+    }
+  }
+  AlignedAllocator<float> alloc;  // small and empty blocks come from malloc as they are
+  for (std::size_t n : {0u, 1u, 127u, 128u, 5000u}) {
+    float* p = alloc.allocate(n);
+    std::fill(p, p + n, 1.0f);
+    if (n * sizeof(float) >= 512) BOOST_TEST(aligned(p));
+    alloc.deallocate(p, n);
+  }
+  BOOST_CHECK_THROW(alloc.allocate(std::size_t(-1) / 2), std::bad_array_new_length);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
