@@ -135,33 +135,52 @@ float exp_shifted_sum<float>(float* x, std::size_t n, float mx) {
   return exp_shifted_sum_f32(x, n, mx);
 }
 
-// Row i of head (b, h): x[0, c) holds the scaled scores of the keys this row block
-// computed; on return x[0, S) holds the probabilities (0 for masked keys and keys >= c).
+// Rows [r0, r1) of head (b, h), row i at P + i * S: on entry x[0, c) holds the scaled scores
+// of the keys the row block computed; on return x[0, S) holds the probabilities (0 for masked
+// keys and keys >= c). Groups of rows go through three passes (mask and max, exp and sum,
+// scale): the exps of different rows do not wait for each other, so short rows (16 keys)
+// overlap in the pipeline instead of each paying its own max -> exp -> sum latency.
 template <class T>
-void softmax_row(T* x, std::size_t c, std::size_t S, std::size_t b, std::size_t h, std::size_t i,
-                 const MaskView<T>& m) {
+void softmax_rows(T* P, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
+                  std::size_t h, const MaskView<T>& m) {
+  constexpr std::size_t kGroup = 16;
   const T ninf = -std::numeric_limits<T>::infinity();
-  const std::size_t n = m.causal ? std::min(c, i + 1) : c;  // keys this query may see
-  if (m.add) {
-    const T* ar = m.add + b * m.as[0] + h * m.as[1] + i * m.as[2];
-    for (std::size_t j = 0; j < n; ++j) x[j] += ar[j * m.as[3]];
+  for (std::size_t g0 = r0; g0 < r1; g0 += kGroup) {
+    const std::size_t g1 = std::min(r1, g0 + kGroup);
+    T mx[kGroup], total[kGroup];
+    const auto visible = [&](std::size_t i) { return m.causal ? std::min(c, i + 1) : c; };  // keys row i may see
+    for (std::size_t i = g0; i < g1; ++i) {
+      T* x = P + i * S;
+      const std::size_t n = visible(i);
+      if (m.add) {
+        const T* ar = m.add + b * m.as[0] + h * m.as[1] + i * m.as[2];
+        for (std::size_t j = 0; j < n; ++j) x[j] += ar[j * m.as[3]];
+      }
+      if (m.mask) {
+        const bool* mr = m.mask + b * m.ms[0] + h * m.ms[1] + i * m.ms[2];
+        for (std::size_t j = 0; j < n; ++j) x[j] = mr[j * m.ms[3]] ? ninf : x[j];
+      }
+      if (m.padding) {
+        const bool* pr = m.padding + b * S;
+        for (std::size_t j = 0; j < n; ++j) x[j] = pr[j] ? ninf : x[j];
+      }
+      std::fill(x + n, x + S, T(0));
+      mx[i - g0] = row_max(x, n);
+    }
+    for (std::size_t i = g0; i < g1; ++i) {
+      T* x = P + i * S;
+      if (mx[i - g0] == ninf)  // nothing visible: P = 0, never exp(-inf - -inf) = NaN
+        std::fill(x, x + visible(i), T(0));
+      else
+        total[i - g0] = exp_shifted_sum(x, visible(i), mx[i - g0]);
+    }
+    for (std::size_t i = g0; i < g1; ++i) {
+      if (mx[i - g0] == ninf) continue;
+      T* x = P + i * S;
+      const T inv = T(1) / total[i - g0];
+      for (std::size_t j = 0, n = visible(i); j < n; ++j) x[j] *= inv;
+    }
   }
-  if (m.mask) {
-    const bool* mr = m.mask + b * m.ms[0] + h * m.ms[1] + i * m.ms[2];
-    for (std::size_t j = 0; j < n; ++j) x[j] = mr[j * m.ms[3]] ? ninf : x[j];
-  }
-  if (m.padding) {
-    const bool* pr = m.padding + b * S;
-    for (std::size_t j = 0; j < n; ++j) x[j] = pr[j] ? ninf : x[j];
-  }
-  std::fill(x + n, x + S, T(0));
-  const T mx = row_max(x, n);
-  if (mx == ninf) {  // nothing visible: P = 0, never exp(-inf - -inf) = NaN
-    std::fill(x, x + n, T(0));
-    return;
-  }
-  const T inv = T(1) / exp_shifted_sum(x, n, mx);
-  for (std::size_t j = 0; j < n; ++j) x[j] *= inv;
 }
 
 // Multiply-adds of one head's forward (the GEMMs; the softmax is of the order T S).
@@ -185,7 +204,7 @@ void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const 
         const std::size_t r1 = std::min(d.T, r0 + rb), r = r1 - r0, c = m.causal ? std::min(d.S, r1) : d.S;
         T* Pr = Pbh + r0 * d.S;
         detail::gemm<T>(false, true, r, c, d.D, scale, q.at(b, h, r0), q.ld, k.at(b, h), k.ld, T(0), Pr, d.S);
-        for (std::size_t i = r0; i < r1; ++i) softmax_row(Pbh + i * d.S, c, d.S, b, h, i, m);
+        softmax_rows(Pbh, r0, r1, c, d.S, b, h, m);
         detail::gemm<T>(false, false, r, d.Dv, c, T(1), Pr, d.S, v.at(b, h), v.ld, T(0), out.at(b, h, r0), out.ld);
       }
     }
