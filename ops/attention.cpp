@@ -88,7 +88,7 @@ MaskView<T> mask_view(const AttentionMasks& m, const Dims& d) {
 constexpr std::size_t kLanes = 16;
 
 template <class T>
-T row_max(const T* x, std::size_t n) {
+XGRAD_FASTMATH_INLINE T row_max(const T* x, std::size_t n) {
   T acc[kLanes];
   std::fill_n(acc, kLanes, -std::numeric_limits<T>::infinity());
   std::size_t j = 0;
@@ -99,9 +99,9 @@ T row_max(const T* x, std::size_t n) {
 }
 
 // x[j] = exp(x[j] - mx); returns the sum. float32 uses fastmath's vectorised exp (<= 1.5
-// ulp), in AVX2 / AVX-512 clones.
+// ulp), inside softmax_rows' AVX2 / AVX-512 clones.
 template <class T>
-T exp_shifted_sum(T* x, std::size_t n, T mx) {
+XGRAD_FASTMATH_INLINE T exp_shifted_sum(T* x, std::size_t n, T mx) {
   T acc[kLanes] = {};
   std::size_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
@@ -119,8 +119,8 @@ inline float exp_or_zero(float d) {
   const bool low = d < kLow;
   return fastmath::impl::select(low, 0.0f, fastmath::fast_expf(fastmath::impl::select(low, kLow, d)));
 }
-XGRAD_FASTMATH_CLONES
-float exp_shifted_sum_f32(float* x, std::size_t n, float mx) {
+template <>
+XGRAD_FASTMATH_INLINE float exp_shifted_sum<float>(float* x, std::size_t n, float mx) {
   float acc[kLanes] = {};
   const std::size_t m = fastmath::vector_prefix(n);
   for (std::size_t j = 0; j < m; j += kLanes)
@@ -130,18 +130,14 @@ float exp_shifted_sum_f32(float* x, std::size_t n, float mx) {
   for (std::size_t l = 0; l < kLanes; ++l) total += acc[l];
   return total;
 }
-template <>
-float exp_shifted_sum<float>(float* x, std::size_t n, float mx) {
-  return exp_shifted_sum_f32(x, n, mx);
-}
-
 // Rows [r0, r1) of head (b, h), row i at P + i * S: on entry x[0, c) holds the scaled scores
 // of the keys the row block computed; on return x[0, S) holds the probabilities (0 for masked
 // keys and keys >= c). Groups of rows go through three passes (mask and max, exp and sum,
 // scale): the exps of different rows do not wait for each other, so short rows (16 keys)
 // overlap in the pipeline instead of each paying its own max -> exp -> sum latency.
+// float32 runs in AVX2 / AVX-512 clones (masks become vector blends, maxima vector max).
 template <class T>
-void softmax_rows(T* P, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
+XGRAD_FASTMATH_INLINE void softmax_rows_impl(T* P, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
                   std::size_t h, const MaskView<T>& m) {
   constexpr std::size_t kGroup = 16;
   const T ninf = -std::numeric_limits<T>::infinity();
@@ -181,6 +177,21 @@ void softmax_rows(T* P, std::size_t r0, std::size_t r1, std::size_t c, std::size
       for (std::size_t j = 0, n = visible(i); j < n; ++j) x[j] *= inv;
     }
   }
+}
+template <class T>
+void softmax_rows(T* P, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
+                  std::size_t h, const MaskView<T>& m) {
+  softmax_rows_impl<T>(P, r0, r1, c, S, b, h, m);
+}
+XGRAD_FASTMATH_CLONES
+void softmax_rows_f32(float* P, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
+                      std::size_t h, const MaskView<float>& m) {
+  softmax_rows_impl<float>(P, r0, r1, c, S, b, h, m);
+}
+template <>
+void softmax_rows<float>(float* P, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
+                         std::size_t h, const MaskView<float>& m) {
+  softmax_rows_f32(P, r0, r1, c, S, b, h, m);
 }
 
 // Multiply-adds of one head's forward (the GEMMs; the softmax is of the order T S).

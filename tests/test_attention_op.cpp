@@ -104,6 +104,41 @@ BOOST_AUTO_TEST_CASE(forward_matches_plain_loops_with_every_mask_kind) {
   for (std::size_t j = 0; j < c.H * c.Dv; ++j) BOOST_TEST(out[(0 * c.T + 1) * c.H * c.Dv + j] == 0.0);
 }
 
+// float32 runs its own vectorised softmax (AVX2 / AVX-512 clones): rows longer than a vector,
+// groups of 16 rows, every mask kind, a fully masked row and a fully padded batch entry.
+BOOST_AUTO_TEST_CASE(float32_matches_plain_loops_with_every_mask_kind) {
+  Rng rng(18);
+  const Case c{2, 37, 40, 2, 8, 8};
+  std::vector<bool> bits(c.T * c.S), pad(c.B * c.S);
+  for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = (i * 13 + 5) % 7 == 0 || i / c.S == 20;  // row 20: all masked
+  for (std::size_t s = 0; s < c.S; ++s) pad[s] = s % 5 == 4, pad[c.S + s] = true;                 // batch 1: all padding
+  for (bool causal : {false, true}) {
+    Inputs in = random_inputs(c, rng, DType::Float32);
+    AttentionMasks m;
+    m.mask = bool_tensor(bits, {c.T, c.S});
+    m.key_padding_mask = bool_tensor(pad, {c.B, c.S});
+    m.float_mask = randn({c.B, 1, c.T, c.S}, rng, DType::Float32);
+    m.is_causal = causal;
+    const auto fv = m.float_mask.to_vector();
+    auto masked = [&](std::size_t b, std::size_t, std::size_t t, std::size_t s) {
+      return bits[t * c.S + s] || pad[b * c.S + s] || (causal && s > t);
+    };
+    auto added = [&](std::size_t b, std::size_t, std::size_t t, std::size_t s) { return fv[(b * c.T + t) * c.S + s]; };
+    const auto expected = naive_attention(c, in.q.to_vector(), in.k.to_vector(), in.v.to_vector(),
+                                          1 / std::sqrt(double(c.D)), masked, added);
+    Tensor out = attention(in.q, in.k, in.v, c.H, m);
+    BOOST_TEST_CONTEXT("causal " << causal) {
+      BOOST_TEST(out.dtype() == DType::Float32);
+      BOOST_TEST(allclose(out, expected, 2e-5, 2e-6));
+      const auto ov = out.to_vector();
+      for (std::size_t b = 0; b < c.B; ++b)  // row 20 and every row of batch 1 see nothing
+        for (std::size_t t = 0; t < c.T; ++t)
+          if (t == 20 || b == 1)
+            for (std::size_t j = 0; j < c.H * c.Dv; ++j) BOOST_TEST_REQUIRE(ov[(b * c.T + t) * c.H * c.Dv + j] == 0.0);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(custom_scale_matches_plain_loops) {
   Rng rng(12);
   const Case c{1, 3, 4, 3, 2, 2};
