@@ -169,16 +169,23 @@ XGRAD_FASTMATH_INLINE void gelu_parts(float x, float& cdf, float& gauss) {
   cdf = impl::select(x < 0.0f, lower, upper);  // NaN x: NaN got through the clamp, both are NaN
 }
 
-// GELU and its derivative for float32 x: x Phi(x) and Phi(x) + x phi(x).
-XGRAD_FASTMATH_INLINE float fast_gelu(float x) {
+// GELU and its derivative for float32 x: y = x Phi(x) and dy = Phi(x) + x phi(x), from one
+// gelu_parts (the forward keeps dy for the backward when the output is recorded).
+XGRAD_FASTMATH_INLINE void fast_gelu_and_grad(float x, float& y, float& dy) {
   float cdf, gauss;
   gelu_parts(x, cdf, gauss);
-  return x * cdf;
+  y = x * cdf;
+  dy = cdf + x * (gauss * 0.398942292f);  // 1 / sqrt(2 pi)
+}
+XGRAD_FASTMATH_INLINE float fast_gelu(float x) {
+  float y, dy;
+  fast_gelu_and_grad(x, y, dy);
+  return y;
 }
 XGRAD_FASTMATH_INLINE float fast_gelu_grad(float x) {
-  float cdf, gauss;
-  gelu_parts(x, cdf, gauss);
-  return cdf + x * (gauss * 0.398942292f);  // 1 / sqrt(2 pi)
+  float y, dy;
+  fast_gelu_and_grad(x, y, dy);
+  return dy;
 }
 
 // Array loops. GCC 12 vectorises at -O2 only loops that need no scalar remainder ("very cheap"

@@ -244,6 +244,37 @@ BOOST_AUTO_TEST_CASE(gelu_float32_against_double) {
   BOOST_TEST(worst_dx <= kGeluMaxRel, "gelu_backward: max scaled error " << worst_dx << " at x = " << at_dx);
 }
 
+// gelu keeps its slope when recorded: a first-order backward is g * slope, which must be the
+// very numbers gelu_backward gives (and create_graph's differentiable path too); the output
+// does not depend on whether the slope was kept.
+BOOST_AUTO_TEST_CASE(gelu_saved_slope_matches_gelu_backward_bit_for_bit) {
+  std::vector<double> xs;
+  for (float x : grid(-12, 12, 20'001)) xs.push_back(x);
+  xs.push_back(std::numeric_limits<double>::infinity());
+  xs.push_back(-1e30);
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    BOOST_TEST_CONTEXT(dtype_name(dt)) {
+      std::vector<double> gv(xs.size());
+      for (std::size_t i = 0; i < gv.size(); ++i) gv[i] = std::cos(0.71 * double(i)) * 3.0;
+      const Shape shape{xs.size()};
+      Tensor x = tensor(xs, shape, dt), g = tensor(gv, shape, dt);
+      x.set_requires_grad(true);
+      Tensor y = gelu(x);
+      const std::vector<double> dx_saved = grad({y}, {x}, {g})[0].to_vector();
+      const std::vector<double> dx_ref = gelu_backward(x.detach(), g).to_vector();
+      Tensor y2 = gelu(x);
+      const std::vector<double> dx_graph = grad({y2}, {x}, {g}, {true, true, false})[0].to_vector();
+      const std::vector<double> y_plain = gelu(x.detach()).to_vector(), y_kept = y.to_vector();
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < xs.size(); ++i) {
+        const auto same = [](double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); };
+        differ += !same(dx_saved[i], dx_ref[i]) + !same(dx_graph[i], dx_ref[i]) + !same(y_plain[i], y_kept[i]);
+      }
+      BOOST_TEST(differ == 0u);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(gelu_float32_special_values) {
   // Large |x|: exactly x or 0, no NaN; the derivative exactly g or 0. Infinities and NaN as
   // the float64 path gives them (gelu(-inf) = -inf * 0 = NaN, as x Phi(x) in PyTorch).
