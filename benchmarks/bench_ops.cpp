@@ -131,6 +131,16 @@ std::vector<std::pair<std::string, Maker>> cases() {
     return Case{{randn({d.B, d.H, d.T, d.T}, r), causal_mask(d.T)}, {true, false},
                 [](const auto& in) { return xgrad::masked_softmax(in[0], in[1], -1); }};
   });
+  // fused attention (ops/attention.cpp): q, k, v (B, T, E), H heads, causal, as in MHA
+  add("attention_causal", [](const Dims& d, Rng& r) {
+    const std::size_t H = d.H;
+    return Case{{randn({d.B, d.T, d.E}, r), randn({d.B, d.T, d.E}, r), randn({d.B, d.T, d.E}, r)},
+                {true, true, true}, [H](const auto& in) {
+                  xgrad::AttentionMasks m;
+                  m.is_causal = true;
+                  return xgrad::attention(in[0], in[1], in[2], H, m);
+                }};
+  });
   add("masked_fill_causal", [](const Dims& d, Rng& r) {
     return Case{{randn({d.B, d.H, d.T, d.T}, r), causal_mask(d.T)}, {true, false},
                 [](const auto& in) { return xgrad::masked_fill(in[0], in[1], -1e9); }};
