@@ -38,11 +38,12 @@ template <class T>
 void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
           const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc);
 
-// sum_{i < n} f(i) in 8 interleaved partial sums: independent adds pipeline (and the
+// sum_{i < n} f(i) in kLanes interleaved partial sums: independent adds pipeline (and the
 // compiler can vectorise them) where one running sum is a chain of n dependent adds.
-template <class T, class F>
-T lane_sum(std::size_t n, F&& f) {
-  constexpr std::size_t kLanes = 8;
+// Always inlined, so that inside a fastmath clone it is compiled for the clone's ISA (there
+// kLanes = 64 / sizeof(T) fills one AVX-512 register; 8 lanes of float made GCC shuffle).
+template <class T, std::size_t kLanes = 8, class F>
+[[gnu::always_inline]] inline T lane_sum(std::size_t n, F&& f) {
   T acc[kLanes] = {};
   std::size_t i = 0;
   for (; i + kLanes <= n; i += kLanes)

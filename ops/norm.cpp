@@ -20,10 +20,12 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <type_traits>
 #include <vector>
 
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/fastmath.hpp"  // XGRAD_FASTMATH_CLONES
 #include "xgrad/ops/norm.hpp"
 #include "xgrad/ops/reduce.hpp"
 #include "xgrad/ops/unary.hpp"
@@ -31,18 +33,20 @@
 namespace xgrad {
 namespace {
 
+constexpr std::size_t kRowLanes = 16;  // partial sums per row: one AVX-512 register of float
+
 // x (R, N) -> y (R, N), mean (R), rstd (R).  w, b: (N) or nullptr.  N >= 1.
 template <class T>
-void layer_norm_rows(const T* x, const T* w, const T* b, std::size_t R, std::size_t N, T eps, T* y,
+XGRAD_FASTMATH_INLINE void layer_norm_rows(const T* x, const T* w, const T* b, std::size_t R, std::size_t N, T eps, T* y,
                      T* mean, T* rstd) {
   const T inv_n = T(1) / T(N);
   for (std::size_t r = 0; r < R; ++r) {
     const T* xr = x + r * N;
     T* yr = y + r * N;
     // mean_r = 1/N sum_i x_ri
-    const T m = detail::lane_sum<T>(N, [xr](std::size_t i) { return xr[i]; }) * inv_n;
+    const T m = detail::lane_sum<T, kRowLanes>(N, [xr](std::size_t i) { return xr[i]; }) * inv_n;
     // var_r = 1/N sum_i (x_ri - mean_r)^2   (second pass over the row: no cancellation)
-    const T v = detail::lane_sum<T>(N, [xr, m](std::size_t i) {
+    const T v = detail::lane_sum<T, kRowLanes>(N, [xr, m](std::size_t i) {
                   const T d = xr[i] - m;
                   return d * d;
                 }) * inv_n;
@@ -66,7 +70,7 @@ void layer_norm_rows(const T* x, const T* w, const T* b, std::size_t R, std::siz
 // g (R, N), x (R, N), w (N) or nullptr, mean (R), rstd (R) from the forward.
 // Writes each output that is not nullptr: dx (R, N), dw (N), db (N).  N >= 1.
 template <class T>
-void layer_norm_backward_rows(const T* x, const T* w, const T* g, const T* mean, const T* rstd,
+XGRAD_FASTMATH_INLINE void layer_norm_backward_rows(const T* x, const T* w, const T* g, const T* mean, const T* rstd,
                               std::size_t R, std::size_t N, T* dx, T* dw, T* db) {
   if (dw) std::fill_n(dw, N, T(0));
   if (db) std::fill_n(db, N, T(0));
@@ -89,12 +93,35 @@ void layer_norm_backward_rows(const T* x, const T* w, const T* g, const T* mean,
       gw = gw_row.data();
     }
     // a = 1/N sum_i gw_ri,   c = 1/N sum_i gw_ri * xhat_ri
-    const T a = detail::lane_sum<T>(N, [gw](std::size_t i) { return gw[i]; }) * inv_n;
-    const T c = detail::lane_sum<T>(N, [gw, xr, m, s](std::size_t i) { return gw[i] * ((xr[i] - m) * s); }) * inv_n;
+    const T a = detail::lane_sum<T, kRowLanes>(N, [gw](std::size_t i) { return gw[i]; }) * inv_n;
+    const T c = detail::lane_sum<T, kRowLanes>(N, [gw, xr, m, s](std::size_t i) { return gw[i] * ((xr[i] - m) * s); }) * inv_n;
     // dx_ri = rstd_r * (gw_ri - a - xhat_ri * c)
     T* dxr = dx + r * N;
     for (std::size_t i = 0; i < N; ++i) dxr[i] = s * (gw[i] - a - ((xr[i] - m) * s) * c);
   }
+}
+
+// float32 row loops in AVX2 / AVX-512 clones (fastmath.hpp); float64 as written above.
+XGRAD_FASTMATH_CLONES
+void layer_norm_rows_f32(const float* x, const float* w, const float* b, std::size_t R, std::size_t N, float eps,
+                         float* y, float* mean, float* rstd) {
+  layer_norm_rows<float>(x, w, b, R, N, eps, y, mean, rstd);
+}
+XGRAD_FASTMATH_CLONES
+void layer_norm_backward_rows_f32(const float* x, const float* w, const float* g, const float* mean,
+                                  const float* rstd, std::size_t R, std::size_t N, float* dx, float* dw, float* db) {
+  layer_norm_backward_rows<float>(x, w, g, mean, rstd, R, N, dx, dw, db);
+}
+template <class T>
+void forward_rows(const T* x, const T* w, const T* b, std::size_t R, std::size_t N, T eps, T* y, T* mean, T* rstd) {
+  if constexpr (std::is_same_v<T, float>) layer_norm_rows_f32(x, w, b, R, N, eps, y, mean, rstd);
+  else layer_norm_rows<T>(x, w, b, R, N, eps, y, mean, rstd);
+}
+template <class T>
+void backward_rows(const T* x, const T* w, const T* g, const T* mean, const T* rstd, std::size_t R, std::size_t N,
+                   T* dx, T* dw, T* db) {
+  if constexpr (std::is_same_v<T, float>) layer_norm_backward_rows_f32(x, w, g, mean, rstd, R, N, dx, dw, db);
+  else layer_norm_backward_rows<T>(x, w, g, mean, rstd, R, N, dx, dw, db);
 }
 
 void check_affine(const Tensor& x, const char* arg, const Tensor& t) {
@@ -154,7 +181,7 @@ std::vector<Tensor> fused_grads(const Tensor& x, const Tensor& w, const Tensor& 
       std::fill(dw.begin(), dw.end(), T(0));
       std::fill(db.begin(), db.end(), T(0));
     } else {
-      layer_norm_backward_rows<T>(value<T>(x).data(), w.defined() ? value<T>(w).data() : nullptr,
+      backward_rows<T>(value<T>(x).data(), w.defined() ? value<T>(w).data() : nullptr,
                                   value<T>(g).data(), value<T>(saved_mean).data(), value<T>(saved_rstd).data(),
                                   R, N, need_x ? dx.data() : nullptr, need_w ? dw.data() : nullptr,
                                   need_b ? db.data() : nullptr);
@@ -180,7 +207,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
       std::fill(mv.begin(), mv.end(), T(0));
       std::fill(sv.begin(), sv.end(), T(0));
     } else {
-      layer_norm_rows<T>(value<T>(x).data(), weight.defined() ? value<T>(weight).data() : nullptr,
+      forward_rows<T>(value<T>(x).data(), weight.defined() ? value<T>(weight).data() : nullptr,
                          bias.defined() ? value<T>(bias).data() : nullptr, R, N, T(eps), yv.data(),
                          mv.data(), sv.data());
     }
