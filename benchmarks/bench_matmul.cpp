@@ -62,6 +62,23 @@ void BM_cblas_sgemm(benchmark::State& state) {
   set_flops(state, gemm_flops(n));
 }
 
+// Raw 64 x 64 cblas_sgemm with A and B starting `offset` bytes past a 64-byte boundary (C
+// aligned): why xgrad's storage and the reference buffers above are 64-byte aligned.
+void BM_cblas_sgemm_offset(benchmark::State& state) {
+  const int n = 64;
+  const auto offset = std::size_t(state.range(0));
+  FloatVector a = random_vector(n * n + 16, 1), b = random_vector(n * n + 16, 2), c(n * n);
+  const float* pa = reinterpret_cast<const float*>(reinterpret_cast<const char*>(a.data()) + offset);
+  const float* pb = reinterpret_cast<const float*>(reinterpret_cast<const char*>(b.data()) + offset);
+  RawBlasThreads blas(1);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, pa, n, pb, n, 0.0f, c.data(), n);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, gemm_flops(n));
+}
+
 // --- forward + backward: three GEMMs -------------------------------------------------
 // C = A B, then backward with a random upstream gradient G: dA = G B^T, dB = A^T G.
 void BM_xgrad_matmul_fwd_bwd(benchmark::State& state) {
@@ -131,6 +148,7 @@ void sizes(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_xgrad_matmul)->Apply(sizes);
 BENCHMARK(BM_cblas_sgemm)->Apply(sizes);
+BENCHMARK(BM_cblas_sgemm_offset)->Arg(0)->Arg(16)->Arg(32)->Arg(48)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_xgrad_matmul_fwd_bwd)->Apply(sizes);
 BENCHMARK(BM_xgrad_linear_fwd_bwd)->Apply(sizes);
 BENCHMARK(BM_cblas_sgemm_fwd_bwd)->Apply(sizes);
