@@ -8,6 +8,7 @@
 // RawBlasThreads (OpenBLAS's own threading is the reference), and put it back to 1 after.
 #pragma once
 #include <benchmark/benchmark.h>
+#include <cblas.h>
 
 #include <cstdlib>
 #include <iostream>
@@ -34,8 +35,7 @@ inline int set_threads_from_env(const char* program) {
   return threads;
 }
 
-extern "C" void openblas_set_num_threads(int);
-struct RawBlasThreads {
+struct RawBlasThreads {  // openblas_set_num_threads: OpenBLAS's cblas.h
   explicit RawBlasThreads(int n) { openblas_set_num_threads(n); }
   ~RawBlasThreads() { openblas_set_num_threads(1); }
   RawBlasThreads(const RawBlasThreads&) = delete;

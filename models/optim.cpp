@@ -371,9 +371,7 @@ template <class T> void scale_into(const Tensor& src, const Tensor& dst, double 
   const T k = T(c);
   for (std::size_t j = 0, n = src.numel(); j < n; ++j) d[j] = s[j] * k;
 }
-}  // namespace
 
-namespace {
 // sum of g^2 in double, without copying g.
 double squared_norm(const Tensor& g) {
   double total = 0;

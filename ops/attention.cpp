@@ -22,6 +22,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "xgrad/framework/parallel.hpp"
 #include "xgrad/ops/attention.hpp"
@@ -98,38 +99,35 @@ XGRAD_FASTMATH_INLINE T row_max(const T* x, std::size_t n) {
   return *std::max_element(acc, acc + kLanes);
 }
 
-// x[j] = exp(x[j] - mx); returns the sum. float32 uses fastmath's vectorised exp (<= 1.5
-// ulp), inside softmax_rows' AVX2 / AVX-512 clones.
+// e^d for a shifted score d <= 0. float32: fastmath's vectorised exp (<= 1.5 ulp), with d < -87
+// (masked keys: d = -inf) set to 0 directly: letting the exp underflow through subnormal
+// intermediates costs a microcode assist per element (x86 without FTZ), which made the
+// softmax 10% of a training step. NaN still propagates.
 template <class T>
-XGRAD_FASTMATH_INLINE T exp_shifted_sum(T* x, std::size_t n, T mx) {
-  T acc[kLanes] = {};
-  std::size_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (std::size_t l = 0; l < kLanes; ++l) acc[l] += (x[j + l] = std::exp(x[j + l] - mx));
-  for (; j < n; ++j) acc[0] += (x[j] = std::exp(x[j] - mx));
-  T total = 0;
-  for (std::size_t l = 0; l < kLanes; ++l) total += acc[l];
-  return total;
+XGRAD_FASTMATH_INLINE T exp_shifted(T d) {
+  return std::exp(d);
 }
-// exp(d) with d < -87 (masked keys: d = -inf) set to 0 directly: letting the exp underflow
-// through subnormal intermediates costs a microcode assist per element (x86 without FTZ),
-// which made this loop 10% of a training step. NaN still propagates.
-inline float exp_or_zero(float d) {
+template <>
+XGRAD_FASTMATH_INLINE float exp_shifted<float>(float d) {
   constexpr float kLow = -87.0f;  // e^-87 = 1.6e-38, still a normal float
   const bool low = d < kLow;
   return fastmath::impl::select(low, 0.0f, fastmath::fast_expf(fastmath::impl::select(low, kLow, d)));
 }
-template <>
-XGRAD_FASTMATH_INLINE float exp_shifted_sum<float>(float* x, std::size_t n, float mx) {
-  float acc[kLanes] = {};
+
+// x[j] = exp(x[j] - mx); returns the sum (vectorised inside softmax_rows' float32 clones).
+static_assert(kLanes == 16, "exp_shifted_sum's vector prefix is fastmath::vector_prefix (multiples of 16)");
+template <class T>
+XGRAD_FASTMATH_INLINE T exp_shifted_sum(T* x, std::size_t n, T mx) {
+  T acc[kLanes] = {};
   const std::size_t m = fastmath::vector_prefix(n);
   for (std::size_t j = 0; j < m; j += kLanes)
-    for (std::size_t l = 0; l < kLanes; ++l) acc[l] += (x[j + l] = exp_or_zero(x[j + l] - mx));
-  for (std::size_t j = m; j < n; ++j) acc[0] += (x[j] = exp_or_zero(x[j] - mx));
-  float total = 0;
+    for (std::size_t l = 0; l < kLanes; ++l) acc[l] += (x[j + l] = exp_shifted(x[j + l] - mx));
+  for (std::size_t j = m; j < n; ++j) acc[0] += (x[j] = exp_shifted(x[j] - mx));
+  T total = 0;
   for (std::size_t l = 0; l < kLanes; ++l) total += acc[l];
   return total;
 }
+
 // Rows [r0, r1) of head (b, h), row i at P + i * S: on entry x[0, c) holds the scaled scores
 // of the keys the row block computed; on return x[0, S) holds the probabilities (0 for masked
 // keys and keys >= c). Groups of rows go through three passes (mask and max, exp and sum,
@@ -178,20 +176,16 @@ XGRAD_FASTMATH_INLINE void softmax_rows_impl(T* P, std::size_t r0, std::size_t r
     }
   }
 }
-template <class T>
-void softmax_rows(T* P, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
-                  std::size_t h, const MaskView<T>& m) {
-  softmax_rows_impl<T>(P, r0, r1, c, S, b, h, m);
-}
 XGRAD_FASTMATH_CLONES
 void softmax_rows_f32(float* P, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
                       std::size_t h, const MaskView<float>& m) {
   softmax_rows_impl<float>(P, r0, r1, c, S, b, h, m);
 }
-template <>
-void softmax_rows<float>(float* P, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
-                         std::size_t h, const MaskView<float>& m) {
-  softmax_rows_f32(P, r0, r1, c, S, b, h, m);
+template <class T>
+void softmax_rows(T* P, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
+                  std::size_t h, const MaskView<T>& m) {
+  if constexpr (std::is_same_v<T, float>) softmax_rows_f32(P, r0, r1, c, S, b, h, m);
+  else softmax_rows_impl<T>(P, r0, r1, c, S, b, h, m);
 }
 
 // Multiply-adds of one head's forward (the GEMMs; the softmax is of the order T S).

@@ -48,6 +48,11 @@ void gelu_backward_f32(const float* __restrict x, const float* __restrict g, flo
   for (std::size_t i = m; i < n; ++i) dx[i] = g[i] * fastmath::fast_gelu_grad(x[i]);
 }
 
+// The float64 path's two GELU factors, with std::erf / std::exp:
+// Phi(v) = (1 + erf(v / sqrt 2)) / 2 and phi(v) = exp(-v^2 / 2) / sqrt(2 pi).
+template <class T> T gelu_cdf(T v) { return T(0.5) * (T(1) + std::erf(v * T(kInvSqrt2))); }
+template <class T> T gelu_pdf(T v) { return std::exp(T(-0.5) * v * v) * T(kInvSqrt2Pi); }
+
 }  // namespace
 
 // dx = g * y
@@ -145,10 +150,9 @@ Tensor gelu(const Tensor& x) {
       else gelu_f32(px, out.data(), x.numel());
     } else {
       for (std::size_t i = 0; i < x.numel(); ++i) {
-        const T v = px[i];
-        const T Phi = T(0.5) * (T(1) + std::erf(v * T(kInvSqrt2)));
+        const T v = px[i], Phi = gelu_cdf(v);
         out.data()[i] = v * Phi;
-        if (keep_slope) dy.data()[i] = Phi + v * (std::exp(T(-0.5) * v * v) * T(kInvSqrt2Pi));
+        if (keep_slope) dy.data()[i] = Phi + v * gelu_pdf(v);
       }
     }
     if (keep_slope) slope = make_tensor(std::move(dy));
@@ -177,9 +181,7 @@ Tensor gelu_backward(const Tensor& x, const Tensor& g) {
     } else {
       for (std::size_t i = 0; i < x.numel(); ++i) {
         const T v = px[i];
-        const T Phi = T(0.5) * (T(1) + std::erf(v * T(kInvSqrt2)));
-        const T phi = std::exp(T(-0.5) * v * v) * T(kInvSqrt2Pi);
-        out.data()[i] = pg[i] * (Phi + v * phi);
+        out.data()[i] = pg[i] * (gelu_cdf(v) + v * gelu_pdf(v));
       }
     }
     return make_tensor(std::move(out));

@@ -67,6 +67,17 @@ inline std::vector<double> round32(const std::vector<double>& v) {
   for (std::size_t i = 0; i < v.size(); ++i) r[i] = double(float(v[i]));
   return r;
 }
+// Runs f with n op threads, then back to the suite's 1 (also when f throws).
+template <class F> void with_threads(int n, F&& f) {
+  set_num_threads(n);
+  try {
+    f();
+  } catch (...) {
+    set_num_threads(1);
+    throw;
+  }
+  set_num_threads(1);
+}
 inline Tensor leaf(const std::vector<double>& v, const Shape& s) {
   Tensor t = f64(v, s);
   t.set_requires_grad(true);

@@ -210,15 +210,8 @@ BOOST_AUTO_TEST_CASE(two_threads_give_the_same_bits) {
     return all;
   };
   const auto one = run();
-  set_num_threads(2);
   std::vector<double> two;
-  try {
-    two = run();
-  } catch (...) {
-    set_num_threads(1);
-    throw;
-  }
-  set_num_threads(1);
+  test::with_threads(2, [&] { two = run(); });
   BOOST_TEST(one == two);
   BOOST_TEST(num_threads() == 1);
 }

@@ -10,20 +10,7 @@
 
 using namespace xgrad;
 using xgrad::test::allclose;
-
-namespace {
-// Runs f with `n` threads configured, restoring 1 after (also on failure).
-template <class F> void with_threads(int n, F&& f) {
-  set_num_threads(n);
-  try {
-    f();
-  } catch (...) {
-    set_num_threads(1);
-    throw;
-  }
-  set_num_threads(1);
-}
-}  // namespace
+using xgrad::test::with_threads;
 
 BOOST_AUTO_TEST_SUITE(parallel)
 
