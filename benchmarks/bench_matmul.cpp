@@ -10,6 +10,9 @@
 // allocation.
 #include <cblas.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <iostream>
 #include <random>
@@ -77,6 +80,81 @@ void BM_cblas_sgemm_offset(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   set_flops(state, gemm_flops(n));
+}
+
+// Raw 64 x 64 cblas_sgemm writing C at `offset` bytes past a 4 KiB boundary, A and B at 4 KiB
+// boundaries: where the output lands decides how often its stores and the kernel's loads of A
+// and B share address bits 0-11 (4K aliasing) or cache sets, and moves the time by up to
+// ~15% on this machine. A fresh output tensor lands wherever malloc puts it, so comparing
+// matmul with a fixed preallocated C compares placements as much as overhead: see
+// BM_matmul_vs_cblas_same_buffers.
+void BM_cblas_sgemm_c_offset(benchmark::State& state) {
+  const int n = 64;
+  const auto offset = std::size_t(state.range(0));
+  FloatVector pool(3 * 16384 + 1024);  // 64-byte aligned; A, B, C placed at 4 KiB steps below
+  float* base = pool.data() + (4096 - reinterpret_cast<std::uintptr_t>(pool.data()) % 4096) % 4096 / sizeof(float);
+  float* a = base;
+  float* b = base + 16384 / 4 + 1024;  // 20 KiB past A: 4 KiB aligned
+  float* c = base + 2 * (16384 / 4 + 1024) + offset / sizeof(float);
+  const FloatVector av = random_vector(n * n, 1), bv = random_vector(n * n, 2);
+  std::copy(av.begin(), av.end(), a);
+  std::copy(bv.begin(), bv.end(), b);
+  RawBlasThreads blas(1);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    benchmark::DoNotOptimize(c);
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, gemm_flops(n));
+}
+
+// xgrad::matmul and raw cblas_sgemm alternating within every iteration, on the same A, B and
+// the same output block: each round times `calls` matmuls (each output freed before the next
+// is made, so malloc hands the same block back), then takes one more matmul's output and runs
+// `calls` raw cblas_sgemm into it. Drift between the two cancels, and both write C at the same
+// address. Counters: medians over rounds of the per-call time of each side and their ratio;
+// the reported time is the round's.
+void BM_matmul_vs_cblas_same_buffers(benchmark::State& state) {
+  const auto n = std::size_t(state.range(0));
+  const int ni = int(n);
+  const std::size_t calls = std::max<std::size_t>(1, (std::size_t(1) << 24) / (n * n * n));
+  xgrad::Tensor a = random_tensor({n, n}, 1), b = random_tensor({n, n}, 2);
+  const float *pa = a.data<float>(), *pb = b.data<float>();
+  RawBlasThreads blas(xgrad::num_threads());
+  std::vector<double> xgrad_us, cblas_us;
+  using clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    const auto t0 = clock::now();
+    for (std::size_t i = 0; i < calls; ++i) {
+      xgrad::Tensor c = xgrad::matmul(a, b);
+      benchmark::DoNotOptimize(c.data<float>());
+      benchmark::ClobberMemory();
+    }
+    const auto t1 = clock::now();
+    xgrad::Tensor out = xgrad::matmul(a, b);
+    float* pc = out.mutable_data<float>();
+    const auto t2 = clock::now();
+    for (std::size_t i = 0; i < calls; ++i) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, ni, ni, 1.0f, pa, ni, pb, ni,
+                  0.0f, pc, ni);
+      benchmark::DoNotOptimize(pc);
+      benchmark::ClobberMemory();
+    }
+    const auto t3 = clock::now();
+    const double x = std::chrono::duration<double, std::micro>(t1 - t0).count();
+    const double c = std::chrono::duration<double, std::micro>(t3 - t2).count();
+    xgrad_us.push_back(x / double(calls));
+    cblas_us.push_back(c / double(calls));
+    state.SetIterationTime((x + c) * 1e-6);
+  }
+  const auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  const double mx = median(xgrad_us), mc = median(cblas_us);
+  state.counters["xgrad_us"] = mx;
+  state.counters["cblas_us"] = mc;
+  state.counters["ratio"] = mx / mc;
 }
 
 // --- forward + backward: three GEMMs -------------------------------------------------
@@ -149,6 +227,8 @@ void sizes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_xgrad_matmul)->Apply(sizes);
 BENCHMARK(BM_cblas_sgemm)->Apply(sizes);
 BENCHMARK(BM_cblas_sgemm_offset)->Arg(0)->Arg(16)->Arg(32)->Arg(48)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_cblas_sgemm_c_offset)->DenseRange(0, 4032, 64)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_matmul_vs_cblas_same_buffers)->Arg(64)->Arg(256)->Arg(1024)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_xgrad_matmul_fwd_bwd)->Apply(sizes);
 BENCHMARK(BM_xgrad_linear_fwd_bwd)->Apply(sizes);
 BENCHMARK(BM_cblas_sgemm_fwd_bwd)->Apply(sizes);

@@ -48,6 +48,12 @@ awk '
   /^ *"name":/ { name = strval($0); key = ""; if (name ~ /_median$/) { split(name, p, "/");
                  key = p[1] "/" p[2]; ns[p[2]] = 1; } }
   /^ *"real_time":/ { rt = numval($0); }
+  /^ *"(xgrad_us|cblas_us|ratio)":/ {  # BM_matmul_vs_cblas_same_buffers counters
+    if (name ~ /same_buffers\/[0-9]+\/manual_time_median$/) {
+      split(name, p, "/"); field = $0; sub(/^ *"/, "", field); sub(/".*$/, "", field);
+      same[p[2], field] = numval($0); same_n[p[2]] = 1;
+    }
+  }
   /^ *"time_unit":/ { if (key != "") t[key] = to_us(rt, strval($0)); }
   function row(label, n, x, c) {
     if (!((x "/" n) in t) || !((c "/" n) in t)) return;
@@ -71,4 +77,10 @@ awk '
       row("matmul fwd+bwd", sizes[i], "BM_xgrad_matmul_fwd_bwd", "BM_cblas_sgemm_fwd_bwd");
     for (i = 1; i <= count; i++)
       row("linear fwd+bwd", sizes[i], "BM_xgrad_linear_fwd_bwd", "BM_cblas_sgemm_fwd_bwd");
+    print "";
+    print "matmul forward, xgrad and cblas alternating on the same buffers (medians of rounds):";
+    for (i = 1; i <= count; i++)
+      if (sizes[i] in same_n)
+        printf "%-16s %6d %14.2f %14.2f %8.3f\n", "same buffers", sizes[i],
+               same[sizes[i], "xgrad_us"], same[sizes[i], "cblas_us"], same[sizes[i], "ratio"];
   }' "$out"

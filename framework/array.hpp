@@ -79,10 +79,12 @@ template <class T> xt::xarray<T>& mutable_value(const Tensor& t) {
   return std::get<xt::xarray<T>>(*t.impl()->value);
 }
 
-// Wraps a container into a new leaf tensor (no copy).
-template <class T> Tensor make_tensor(xt::xarray<T>&& a) {
+// Wraps a container into a new leaf tensor (no copy). `shape`, when given, must equal a's
+// shape: the tensor takes it over instead of copying a's.
+template <class T> Tensor make_tensor(xt::xarray<T>&& a, Shape&& shape = {}) {
   auto impl = std::make_shared<TensorImpl>();
-  impl->shape.assign(a.shape().begin(), a.shape().end());
+  if (shape.empty()) impl->shape.assign(a.shape().begin(), a.shape().end());
+  else impl->shape = std::move(shape);
   impl->dtype = dtype_of<T>();
   impl->value = std::make_shared<ArrayVariant>(std::move(a));
   return Tensor(std::move(impl));

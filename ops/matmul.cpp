@@ -27,8 +27,17 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     throw ShapeError("matmul: argument 'a' " + shape_str(as) + (ta ? " (transposed)" : "") +
                      " and argument 'b' " + shape_str(bs) + (tb ? " (transposed)" : "") +
                      ": inner dimensions " + std::to_string(k) + " != " + std::to_string(kb));
+  if (as.size() == 2 && bs.size() == 2) {  // one GEMM, the common case kept short
+    return dispatch_float("matmul", a.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      Shape ys{n, m};
+      auto out = empty_array<T>(ys);
+      gemm<T>(ta, tb, n, m, k, value<T>(a).data(), value<T>(b).data(), T(0), out.data());
+      return make_tensor(std::move(out), std::move(ys));
+    });
+  }
   const Shape abatch(as.begin(), as.end() - 2), bbatch(bs.begin(), bs.end() - 2);
-  Shape batch;  // broadcast batch dims; none for two 2-D operands
+  Shape batch;  // broadcast batch dims
   if (!abatch.empty() || !bbatch.empty()) {
     try {
       batch = detail::broadcast_shapes("matmul", "a", abatch, "b", bbatch);
@@ -50,7 +59,7 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     if (numel(bbatch) == 1 && !ta && numel(abatch) == nbatch) {
       // b shared by every batch: one GEMM over (batch * n) rows of a.
       gemm<T>(false, tb, nbatch * n, m, k, pa, pb, T(0), out.data());
-      return make_tensor(std::move(out));
+      return make_tensor(std::move(out), std::move(ys));
     }
     const Shape pa_b = detail::pad_left(abatch, batch.size());
     const Shape pb_b = detail::pad_left(bbatch, batch.size());
@@ -68,7 +77,7 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool ta, bool tb) {
         if (++idx[d] < batch[d]) break;
         else idx[d] = 0;
     }
-    return make_tensor(std::move(out));
+    return make_tensor(std::move(out), std::move(ys));
   });
 }
 
@@ -175,7 +184,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
       beta = T(1);
     }
     gemm<T>(false, true, N, out, in, value<T>(x).data(), value<T>(w).data(), beta, yv.data());
-    return make_tensor(std::move(yv));
+    return make_tensor(std::move(yv), std::move(ys));
   });
   std::vector<Tensor> inputs{x, w};
   if (bias.defined()) inputs.push_back(bias);
