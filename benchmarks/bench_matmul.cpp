@@ -157,6 +157,17 @@ void BM_matmul_vs_cblas_same_buffers(benchmark::State& state) {
   state.counters["ratio"] = mx / mc;
 }
 
+// What every op pays before any arithmetic: making its n x n float32 output tensor (xtensor
+// container, 64-byte-aligned buffer, TensorImpl, shape, value variant) and freeing it again.
+void BM_make_output_tensor(benchmark::State& state) {
+  const auto n = std::size_t(state.range(0));
+  for (auto _ : state) {
+    xgrad::Tensor t = xgrad::make_tensor(xgrad::empty_array<float>({n, n}));
+    benchmark::DoNotOptimize(t.raw_data());
+    benchmark::ClobberMemory();
+  }
+}
+
 // --- forward + backward: three GEMMs -------------------------------------------------
 // C = A B, then backward with a random upstream gradient G: dA = G B^T, dB = A^T G.
 void BM_xgrad_matmul_fwd_bwd(benchmark::State& state) {
@@ -228,6 +239,9 @@ BENCHMARK(BM_xgrad_matmul)->Apply(sizes);
 BENCHMARK(BM_cblas_sgemm)->Apply(sizes);
 BENCHMARK(BM_cblas_sgemm_offset)->Arg(0)->Arg(16)->Arg(32)->Arg(48)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cblas_sgemm_c_offset)->DenseRange(0, 4032, 64)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_make_output_tensor)->Arg(4)->Arg(64)->Unit(benchmark::kNanosecond);
+BENCHMARK(BM_xgrad_matmul)->Arg(4)->UseRealTime()->Unit(benchmark::kNanosecond);
+BENCHMARK(BM_cblas_sgemm)->Arg(4)->UseRealTime()->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_matmul_vs_cblas_same_buffers)->Arg(64)->Arg(256)->Arg(1024)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_xgrad_matmul_fwd_bwd)->Apply(sizes);
 BENCHMARK(BM_xgrad_linear_fwd_bwd)->Apply(sizes);
