@@ -3,10 +3,12 @@
 // This is the one header that brings in xtensor. Include it in op implementation files
 // (.cpp), not in headers users include everywhere.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <stdexcept>
 #include <variant>
 
 // Tensor storage is aligned to 64 bytes (a cache line, one AVX-512 vector) from 512 bytes up,
@@ -79,12 +81,18 @@ template <class T> xt::xarray<T>& mutable_value(const Tensor& t) {
   return std::get<xt::xarray<T>>(*t.impl()->value);
 }
 
-// Wraps a container into a new leaf tensor (no copy). `shape`, when given, must equal a's
-// shape: the tensor takes it over instead of copying a's.
+// Wraps a container into a new leaf tensor (no copy). `shape`, when given, is a's shape as a
+// Shape the caller no longer needs: the tensor takes it over instead of allocating a copy
+// (std::logic_error if it differs from a's).
 template <class T> Tensor make_tensor(xt::xarray<T>&& a, Shape&& shape = {}) {
   auto impl = std::make_shared<TensorImpl>();
-  if (shape.empty()) impl->shape.assign(a.shape().begin(), a.shape().end());
-  else impl->shape = std::move(shape);
+  if (shape.empty()) {
+    impl->shape.assign(a.shape().begin(), a.shape().end());
+  } else {
+    if (!std::equal(shape.begin(), shape.end(), a.shape().begin(), a.shape().end()))
+      throw std::logic_error("make_tensor: the shape given is not the container's");
+    impl->shape = std::move(shape);
+  }
   impl->dtype = dtype_of<T>();
   impl->value = std::make_shared<ArrayVariant>(std::move(a));
   return Tensor(std::move(impl));

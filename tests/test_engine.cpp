@@ -256,4 +256,19 @@ BOOST_AUTO_TEST_CASE(tensor_storage_is_aligned_to_64_bytes_from_512_bytes) {
   BOOST_CHECK_THROW(alloc.allocate(std::size_t(-1) / 2), std::bad_array_new_length);
 }
 
+// make_tensor takes a given shape over (the op's own Shape, no copy) only when it is the
+// container's; an empty one means "copy the container's".
+BOOST_AUTO_TEST_CASE(make_tensor_takes_over_a_matching_shape_and_rejects_another) {
+  auto a = empty_array<float>({2, 3});
+  std::fill(a.begin(), a.end(), 1.5f);
+  Tensor t = make_tensor(std::move(a), Shape{2, 3});
+  BOOST_TEST(t.shape() == (Shape{2, 3}), boost::test_tools::per_element());
+  BOOST_TEST(t.to_vector() == std::vector<double>(6, 1.5), boost::test_tools::per_element());
+  Tensor s = make_tensor(empty_array<double>({}), Shape{});  // 0-d: empty means "the container's"
+  BOOST_TEST(s.dim() == 0u);
+  BOOST_TEST(s.numel() == 1u);
+  BOOST_CHECK_THROW(make_tensor(empty_array<float>({2, 3}), Shape{3, 2}), std::logic_error);
+  BOOST_CHECK_THROW(make_tensor(empty_array<float>({2, 3}), Shape{2, 3, 1}), std::logic_error);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
