@@ -51,18 +51,22 @@ void BM_xgrad_matmul(benchmark::State& state) {
   set_flops(state, gemm_flops(n));
 }
 
-void BM_cblas_sgemm(benchmark::State& state) {
-  const auto n = std::size_t(state.range(0));
-  const int ni = int(n);
-  FloatVector a = random_vector(n * n, 1), b = random_vector(n * n, 2), c(n * n);
-  RawBlasThreads blas(xgrad::num_threads());
+// The raw floor: C (n x n) = A B with cblas_sgemm on OpenBLAS with `threads` threads, into a
+// preallocated C, timed per call.
+void time_raw_sgemm(benchmark::State& state, int n, const float* a, const float* b, float* c, int threads) {
+  RawBlasThreads blas(threads);
   for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, ni, ni, 1.0f, a.data(), ni,
-                b.data(), ni, 0.0f, c.data(), ni);
-    benchmark::DoNotOptimize(c.data());
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    benchmark::DoNotOptimize(c);
     benchmark::ClobberMemory();
   }
-  set_flops(state, gemm_flops(n));
+  set_flops(state, gemm_flops(std::size_t(n)));
+}
+
+void BM_cblas_sgemm(benchmark::State& state) {
+  const auto n = std::size_t(state.range(0));
+  FloatVector a = random_vector(n * n, 1), b = random_vector(n * n, 2), c(n * n);
+  time_raw_sgemm(state, int(n), a.data(), b.data(), c.data(), xgrad::num_threads());
 }
 
 // Raw 64 x 64 cblas_sgemm with A and B starting `offset` bytes past a 64-byte boundary (C
@@ -73,13 +77,7 @@ void BM_cblas_sgemm_offset(benchmark::State& state) {
   FloatVector a = random_vector(n * n + 16, 1), b = random_vector(n * n + 16, 2), c(n * n);
   const float* pa = reinterpret_cast<const float*>(reinterpret_cast<const char*>(a.data()) + offset);
   const float* pb = reinterpret_cast<const float*>(reinterpret_cast<const char*>(b.data()) + offset);
-  RawBlasThreads blas(1);
-  for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, pa, n, pb, n, 0.0f, c.data(), n);
-    benchmark::DoNotOptimize(c.data());
-    benchmark::ClobberMemory();
-  }
-  set_flops(state, gemm_flops(n));
+  time_raw_sgemm(state, n, pa, pb, c.data(), 1);
 }
 
 // Raw 64 x 64 cblas_sgemm writing C at `offset` bytes past a 4 KiB boundary, A and B at 4 KiB
@@ -91,21 +89,15 @@ void BM_cblas_sgemm_offset(benchmark::State& state) {
 void BM_cblas_sgemm_c_offset(benchmark::State& state) {
   const int n = 64;
   const auto offset = std::size_t(state.range(0));
-  FloatVector pool(3 * 16384 + 1024);  // 64-byte aligned; A, B, C placed at 4 KiB steps below
-  float* base = pool.data() + (4096 - reinterpret_cast<std::uintptr_t>(pool.data()) % 4096) % 4096 / sizeof(float);
-  float* a = base;
-  float* b = base + 16384 / 4 + 1024;  // 20 KiB past A: 4 KiB aligned
-  float* c = base + 2 * (16384 / 4 + 1024) + offset / sizeof(float);
+  const std::size_t page = 4096 / sizeof(float), step = n * n + page;  // floats; step: 20 KiB
+  FloatVector pool(3 * step + page);  // A, B, C at `step` apart from the first 4 KiB boundary
+  float* a = pool.data() + (4096 - reinterpret_cast<std::uintptr_t>(pool.data()) % 4096) % 4096 / sizeof(float);
+  float* b = a + step;
+  float* c = a + 2 * step + offset / sizeof(float);
   const FloatVector av = random_vector(n * n, 1), bv = random_vector(n * n, 2);
   std::copy(av.begin(), av.end(), a);
   std::copy(bv.begin(), bv.end(), b);
-  RawBlasThreads blas(1);
-  for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-    benchmark::DoNotOptimize(c);
-    benchmark::ClobberMemory();
-  }
-  set_flops(state, gemm_flops(n));
+  time_raw_sgemm(state, n, a, b, c, 1);
 }
 
 // xgrad::matmul and raw cblas_sgemm alternating within every iteration, on the same A, B and

@@ -27,17 +27,8 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     throw ShapeError("matmul: argument 'a' " + shape_str(as) + (ta ? " (transposed)" : "") +
                      " and argument 'b' " + shape_str(bs) + (tb ? " (transposed)" : "") +
                      ": inner dimensions " + std::to_string(k) + " != " + std::to_string(kb));
-  if (as.size() == 2 && bs.size() == 2) {  // one GEMM, the common case kept short
-    return dispatch_float("matmul", a.dtype(), [&](auto zero) {
-      using T = decltype(zero);
-      Shape ys{n, m};
-      auto out = empty_array<T>(ys);
-      gemm<T>(ta, tb, n, m, k, value<T>(a).data(), value<T>(b).data(), T(0), out.data());
-      return make_tensor(std::move(out), std::move(ys));
-    });
-  }
   const Shape abatch(as.begin(), as.end() - 2), bbatch(bs.begin(), bs.end() - 2);
-  Shape batch;  // broadcast batch dims
+  Shape batch;  // broadcast batch dims; none for two 2-D operands
   if (!abatch.empty() || !bbatch.empty()) {
     try {
       batch = detail::broadcast_shapes("matmul", "a", abatch, "b", bbatch);
@@ -56,9 +47,10 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     const T* pa = value<T>(a).data();
     const T* pb = value<T>(b).data();
     auto out = empty_array<T>(ys);
-    if (numel(bbatch) == 1 && !ta && numel(abatch) == nbatch) {
-      // b shared by every batch: one GEMM over (batch * n) rows of a.
-      gemm<T>(false, tb, nbatch * n, m, k, pa, pb, T(0), out.data());
+    if (nbatch == 1 || (!ta && numel(bbatch) == 1 && numel(abatch) == nbatch)) {
+      // One GEMM: a single product (two 2-D operands, or batch dims all 1), or b shared by
+      // every batch, over (batch * n) rows of a.
+      gemm<T>(ta, tb, nbatch * n, m, k, pa, pb, T(0), out.data());
       return make_tensor(std::move(out), std::move(ys));
     }
     const Shape pa_b = detail::pad_left(abatch, batch.size());
