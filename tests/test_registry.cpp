@@ -1,5 +1,6 @@
 // The generic test: gradcheck and gradgradcheck (float64, random upstream gradient, full
-// Jacobian for small samples) for every registered op and every one of its samples.
+// Jacobian for small samples) for every registered op and every one of its samples, and the
+// fused first-order backwards against the differentiable (create_graph) ones.
 #include "helpers.hpp"
 
 using namespace xgrad;
@@ -30,6 +31,35 @@ BOOST_AUTO_TEST_CASE(every_registered_op_passes_gradcheck_and_gradgradcheck) {
     }
   }
   BOOST_TEST_MESSAGE("registry: " << ops.size() << " ops, " << checks << " samples checked");
+}
+
+// gradcheck differentiates with create_graph = false, so it checks the fused first-order
+// kernels (attention, layer_norm, gelu); gradgradcheck differentiates the create_graph
+// formulas. Nothing else ties the two together: compare them on every op and sample, for one
+// random upstream u (ops without a fused path agree exactly). Tolerance: both are float64
+// evaluations of the same sums in another order, each term rounded at ~1.1e-16 relative to
+// the largest term, and terms cancel (softmax rows, layer_norm's mean terms), so the bound is
+// relative to the gradient's magnitude: |a - b| <= 1e-10 (|b| + max|b|) (fused_rtol). That
+// leaves ~1e6 roundings of room; a wrong formula is off by O(1) relative.
+BOOST_AUTO_TEST_CASE(fused_first_order_backward_equals_create_graph_backward) {
+  for (const char* fused : {"attention", "attention(masks)", "attention(causal, masks)", "attention(float mask)",
+                            "attention_packed", "attention_packed(causal, masks)", "layer_norm",
+                            "layer_norm(no affine)", "gelu", "softmax", "masked_softmax"})
+    BOOST_TEST(find_op(fused) != nullptr, "op with a fused backward not registered: " << fused);
+  std::size_t checks = 0;
+  for (const auto& op : registered_ops()) {
+    Rng rng(42);
+    for (const auto& sample : op.samples(rng)) {
+      BOOST_TEST_CONTEXT("op " << op.name << ", sample " << sample.label) {
+        GradcheckOptions opt = op.options;
+        opt.name = op.name + " [" + sample.label + "]";
+        auto r = check_fused_backward(op.fn, sample.inputs, opt);
+        BOOST_TEST(r.ok, r.message);
+        ++checks;
+      }
+    }
+  }
+  BOOST_TEST_MESSAGE("fused backward: " << checks << " samples compared");
 }
 
 BOOST_AUTO_TEST_CASE(float32_samples_match_float64_forward) {
