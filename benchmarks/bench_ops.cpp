@@ -147,17 +147,15 @@ std::vector<std::pair<std::string, Maker>> cases() {
   });
   // index
   add("embedding", [](const Dims& d, Rng& r) {  // W (V,E)[(B,T)] -> (B,T,E)
-    std::uniform_int_distribution<std::int64_t> tok(0, std::int64_t(d.vocab_emb) - 1);
     std::vector<std::int64_t> idx(d.B * d.T);
-    for (auto& i : idx) i = tok(r);
+    for (auto& i : idx) i = r.uniform_int(0, std::int64_t(d.vocab_emb) - 1);
     return Case{{randn({d.vocab_emb, d.E}, r), index_tensor(idx, {d.B, d.T})}, {true, false},
                 [](const auto& in) { return xgrad::embedding(in[0], in[1]); }};
   });
   // loss
   add("cross_entropy", [](const Dims& d, Rng& r) {  // logits (B,T,V), ~1/8 targets ignored
-    std::uniform_int_distribution<std::int64_t> cls(0, std::int64_t(d.vocab_ce) - 1);
     std::vector<std::int64_t> t(d.B * d.T);
-    for (std::size_t i = 0; i < t.size(); ++i) t[i] = i % 8 == 7 ? -100 : cls(r);
+    for (std::size_t i = 0; i < t.size(); ++i) t[i] = i % 8 == 7 ? -100 : r.uniform_int(0, std::int64_t(d.vocab_ce) - 1);
     return Case{{randn({d.B, d.T, d.vocab_ce}, r), index_tensor(t, {d.B, d.T})}, {true, false},
                 [](const auto& in) { return xgrad::cross_entropy(in[0], in[1], -100); }};
   });

@@ -28,14 +28,12 @@ struct ReverseBatch {
 inline ReverseBatch make_reverse_batch(xgrad::Rng& rng, std::size_t B) {
   constexpr std::int64_t kPad = 10;
   constexpr std::size_t kMaxLen = 16;
-  std::uniform_int_distribution<std::size_t> len(1, kMaxLen);
-  std::uniform_int_distribution<std::int64_t> digit(0, 9);
   std::vector<std::int64_t> tok(B * kMaxLen, kPad), tgt(B * kMaxLen, -100);
   std::vector<bool> pad(B * kMaxLen, true);
   for (std::size_t i = 0; i < B; ++i) {
-    const std::size_t L = len(rng);
+    const auto L = std::size_t(rng.uniform_int(1, std::int64_t(kMaxLen)));
     for (std::size_t t = 0; t < L; ++t) {
-      tok[i * kMaxLen + t] = digit(rng);
+      tok[i * kMaxLen + t] = rng.uniform_int(0, 9);
       pad[i * kMaxLen + t] = false;
     }
     for (std::size_t t = 0; t < L; ++t) tgt[i * kMaxLen + t] = tok[i * kMaxLen + L - 1 - t];

@@ -202,16 +202,14 @@ Tensor zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); 
 Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
 
 Tensor randn(const Shape& shape, Rng& rng, DType dtype) {
-  std::normal_distribution<double> dist(0.0, 1.0);
   std::vector<double> v(xgrad::numel(shape));
-  for (auto& x : v) x = dist(rng);
+  for (auto& x : v) x = rng.normal();
   return tensor(v, shape, dtype);
 }
 
 Tensor uniform(const Shape& shape, double low, double high, Rng& rng, DType dtype) {
-  std::uniform_real_distribution<double> dist(low, high);
   std::vector<double> v(xgrad::numel(shape));
-  for (auto& x : v) x = dist(rng);
+  for (auto& x : v) x = rng.uniform(low, high);
   return tensor(v, shape, dtype);
 }
 

@@ -9,12 +9,16 @@
 // not. Every op is written once as a template over the float type and dispatched at run
 // time on dtype(); mixing float dtypes in one op throws DTypeError.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <iosfwd>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "xgrad/framework/errors.hpp"
@@ -29,7 +33,118 @@ std::size_t itemsize(DType dtype);  // bytes per element: 4, 8, 1 (bool), 8
 using Shape = std::vector<std::size_t>;
 std::size_t numel(const Shape& shape);
 
-using Rng = std::mt19937_64;
+// --- random numbers -----------------------------------------------------------------------
+// Rng: std::mt19937_64 (whose raw output the C++ standard fixes bit for bit) plus xgrad's
+// own samplers. The std:: distributions (normal_distribution, uniform_int_distribution,
+// shuffle, ...) use implementation-defined algorithms: libc++ and libstdc++ give different
+// numbers for one seed. The members below are defined here, inline, with fixed algorithms,
+// so they give the same numbers with every standard library and compiler; normal() calls
+// std::log, std::sqrt and std::cos, so it needs the same libm too (glibc's, with either
+// libstdc++ or libc++), and no -ffast-math. Rng is still a UniformRandomBitGenerator, so
+// std:: algorithms accept it (but then their numbers are the library's again).
+//
+//   operator()()         the engine's next 64-bit output
+//   uniform()            [0, 1): the top 53 bits of one output times 2^-53 (exact)
+//   uniform(lo, hi)      [lo, hi): std::fma(hi - lo, uniform(), lo) (one rounding, so
+//                        FMA contraction cannot change it), hi itself mapped to the next
+//                        double below hi; one output. ValueError unless lo <= hi, finite.
+//   normal()             N(0, 1) by Box–Muller, cosine branch only, no cached second value:
+//                        u1 = 1 - uniform() in (0, 1], then u2 = uniform();
+//                        sqrt(-2 log u1) * cos(2 pi u2). Exactly two outputs per call.
+//   uniform_int(lo, hi)  inclusive, unbiased: n = hi - lo + 1 (mod 2^64); outputs x below
+//                        2^64 mod n are rejected, the result is lo + x mod n (one output
+//                        except with probability < n / 2^64); the full int64 range takes
+//                        one output as is. ValueError naming both values if lo > hi.
+//   bernoulli(p)         uniform() < p; one output. ValueError unless 0 <= p <= 1.
+//   shuffle(first, last) Fisher–Yates from the back: for i = n-1 .. 1 swap element i
+//                        with element uniform_int(0, i). Random-access iterators.
+// The class sits in its own namespace (an argument-dependent lookup barrier): an Rng
+// argument does not pull xgrad's functions into unqualified calls, as with the former
+// `using Rng = std::mt19937_64` (a file's own `randn(shape, rng)` stays unambiguous).
+namespace rng_detail {
+class Rng {
+ public:
+  using result_type = std::uint64_t;
+  static constexpr std::uint64_t default_seed = 5489u;  // std::mt19937_64's
+
+  Rng() : engine_(default_seed) {}
+  explicit Rng(std::uint64_t seed) : engine_(seed) {}
+  void seed(std::uint64_t s) { engine_.seed(s); }
+
+  static constexpr result_type min() { return std::mt19937_64::min(); }
+  static constexpr result_type max() { return std::mt19937_64::max(); }
+  result_type operator()() { return engine_(); }
+
+  double uniform() { return double(engine_() >> 11) * 0x1.0p-53; }
+
+  double uniform(double lo, double hi) {
+    if (!(lo <= hi) || !std::isfinite(hi - lo))
+      throw ValueError("Rng::uniform: need lo <= hi and a finite hi - lo, got lo = " + str(lo) +
+                       ", hi = " + str(hi));
+    const double r = std::fma(hi - lo, uniform(), lo);
+    return r < hi ? r : (lo < hi ? std::nextafter(hi, lo) : lo);
+  }
+
+  double normal() {
+    const double u1 = 1.0 - uniform();  // (0, 1]: log(u1) is finite
+    const double u2 = uniform();
+    constexpr double two_pi = 6.283185307179586;  // nearest double to 2 pi
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(two_pi * u2);
+  }
+
+  std::int64_t uniform_int(std::int64_t lo, std::int64_t hi) {
+    if (lo > hi)
+      throw ValueError("Rng::uniform_int: lo (" + std::to_string(lo) + ") > hi (" +
+                       std::to_string(hi) + ")");
+    const std::uint64_t span = std::uint64_t(hi) - std::uint64_t(lo);  // n - 1
+    std::uint64_t x = engine_();
+    if (span != ~std::uint64_t(0)) {
+      const std::uint64_t n = span + 1;
+      const std::uint64_t reject_below = (0 - n) % n;  // 2^64 mod n
+      while (x < reject_below) x = engine_();
+      x %= n;
+    }
+    return from_offset(lo, x);
+  }
+
+  bool bernoulli(double p) {
+    if (!(p >= 0.0 && p <= 1.0))
+      throw ValueError("Rng::bernoulli: p must be in [0, 1], got " + str(p));
+    return uniform() < p;
+  }
+
+  template <class RandomIt>
+  void shuffle(RandomIt first, RandomIt last) {
+    const auto n = last - first;
+    for (auto i = n - 1; i > 0; --i) {
+      const auto j = uniform_int(0, std::int64_t(i));
+      using std::swap;
+      swap(first[i], first[decltype(i)(j)]);
+    }
+  }
+
+  std::mt19937_64& engine() { return engine_; }
+  const std::mt19937_64& engine() const { return engine_; }
+  friend bool operator==(const Rng& a, const Rng& b) { return a.engine_ == b.engine_; }
+  friend bool operator!=(const Rng& a, const Rng& b) { return !(a == b); }
+
+ private:
+  static std::string str(double v) {  // round-trip precision, unlike std::to_string
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    return buf;
+  }
+  // lo + offset in two's complement, without signed overflow.
+  static std::int64_t from_offset(std::int64_t lo, std::uint64_t offset) {
+    const std::uint64_t u = std::uint64_t(lo) + offset;
+    return u <= std::uint64_t(std::numeric_limits<std::int64_t>::max())
+               ? std::int64_t(u)
+               : -std::int64_t(~u) - 1;
+  }
+  std::mt19937_64 engine_;
+};
+}  // namespace rng_detail
+using Rng = rng_detail::Rng;
 
 struct TensorImpl;
 class Node;

@@ -35,9 +35,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Rng& rng) {
   if (!(p >= 0 && p < 1)) throw ValueError("dropout: p must be in [0, 1), got " + std::to_string(p));
   if (!training || p == 0) return x;
   check_float("dropout", "x", x);
-  std::bernoulli_distribution keep(1 - p);
   std::vector<double> m(x.numel());
-  for (auto& v : m) v = keep(rng) ? 1.0 / (1 - p) : 0.0;
+  for (auto& v : m) v = rng.bernoulli(1 - p) ? 1.0 / (1 - p) : 0.0;
   return mul(x, tensor(m, x.shape(), x.dtype()));
 }
 

@@ -35,7 +35,8 @@ class LayerNorm : public Module {
 };
 
 // In training mode zeroes each element with probability p and scales the rest by
-// 1 / (1 - p); identity in eval mode or when p = 0. Seeded, so runs repeat exactly.
+// 1 / (1 - p); identity in eval mode or when p = 0. Seeded, so runs repeat exactly (the
+// mask comes from Rng::bernoulli: the same with every standard library).
 class Dropout : public Module {
  public:
   Dropout(double p, std::uint64_t seed);

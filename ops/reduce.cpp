@@ -230,7 +230,7 @@ std::vector<OpSample> reduce_samples(Rng& rng) {
 std::vector<OpSample> max_samples(Rng& rng) {
   std::vector<double> v(24);
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.1 * double((i * 7) % 24) - 1.0;
-  std::shuffle(v.begin(), v.end(), rng);
+  rng.shuffle(v.begin(), v.end());
   Tensor x = tensor(v, {2, 3, 4}, DType::Float64);
   x.set_requires_grad(true);
   return {{"(2,3,4) distinct", {x}}};

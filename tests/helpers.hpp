@@ -55,10 +55,9 @@ inline Tensor f32(const std::vector<double>& v, const Shape& s) { return tensor(
 
 // Deterministic pseudo-random values in [lo, hi).
 inline std::vector<double> vals(std::size_t n, unsigned seed, double lo = -2.0, double hi = 2.0) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> d(lo, hi);
+  Rng rng(seed);
   std::vector<double> v(n);
-  for (auto& x : v) x = d(rng);
+  for (auto& x : v) x = rng.uniform(lo, hi);
   return v;
 }
 // The values as float32 would store them.

@@ -166,8 +166,9 @@ struct Ctx {
   }
 
   Tensor floats(const Shape& shape, DType dt, bool allow_ninf) {
-    std::normal_distribution<double> normal(0.0, 1.0);
-    std::uniform_int_distribution<int> small(-2, 2), u100(0, 99);
+    auto normal = [](Rng& g) { return g.normal(); };
+    auto small = [](Rng& g) { return double(g.uniform_int(-2, 2)); };
+    auto u100 = [](Rng& g) { return int(g.uniform_int(0, 99)); };
     std::vector<double> v(numel(shape));
     const double huge = dt == DType::Float32 ? 3e38 : 1e300;
     for (auto& x : v) {
@@ -184,17 +185,17 @@ struct Ctx {
     return tensor(v, shape, dt);
   }
   Tensor bools(const Shape& shape, int percent_true = 50) {
-    std::uniform_int_distribution<int> u100(0, 99);
+    auto u100 = [](Rng& g) { return int(g.uniform_int(0, 99)); };
     std::vector<bool> v(numel(shape));
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = u100(rng) < percent_true;
     return bool_tensor(v, shape);
   }
   Tensor indices(const Shape& shape, std::size_t n) {
-    std::uniform_int_distribution<int> u100(0, 99);
+    auto u100 = [](Rng& g) { return int(g.uniform_int(0, 99)); };
     std::vector<std::int64_t> v(numel(shape));
     for (auto& x : v) {
       const int r = u100(rng);
-      if (r < 90) x = n ? std::int64_t(std::uniform_int_distribution<std::size_t>(0, n - 1)(rng)) : 0;
+      if (r < 90) x = n ? rng.uniform_int(0, std::int64_t(n) - 1) : 0;
       else if (r < 94) x = -1;
       else if (r < 97) x = std::int64_t(n);
       else x = r < 98 ? std::numeric_limits<std::int64_t>::min() : std::numeric_limits<std::int64_t>::max();

@@ -144,9 +144,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < timing_saves; ++i) save_version(path, model, base, 0);
     const double save_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count() / timing_saves;
 
-    std::mt19937_64 rng(seed);
+    Rng rng(seed);
     // Delays from "before the first save finished" to "several saves in": [0.1, 6] x save time.
-    std::uniform_real_distribution<double> delay_factor(0.1, 6.0);
     int mid_write = 0, was_a = 0, was_child = 0;
     long max_version = 0;
     std::vector<double> delays;
@@ -170,7 +169,7 @@ int main(int argc, char** argv) {
         }
         ::_exit(3);
       }
-      const double delay_ms = save_ms * delay_factor(rng);
+      const double delay_ms = save_ms * rng.uniform(0.1, 6.0);
       delays.push_back(delay_ms);
       std::this_thread::sleep_for(std::chrono::microseconds(long(delay_ms * 1000)));
       ::kill(child, SIGKILL);

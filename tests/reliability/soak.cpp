@@ -47,10 +47,9 @@ struct Batch {
 
 Batch make_batch(std::uint64_t seed, std::size_t B, std::size_t T) {
   Rng rng(seed);
-  std::uniform_int_distribution<std::int64_t> digit(0, 9);
   std::vector<std::int64_t> x(B * T), y(B * T);
   for (std::size_t i = 0; i < B; ++i) {
-    for (std::size_t t = 0; t < T; ++t) x[i * T + t] = digit(rng);
+    for (std::size_t t = 0; t < T; ++t) x[i * T + t] = rng.uniform_int(0, 9);
     for (std::size_t t = 0; t < T; ++t) y[i * T + t] = x[i * T + T - 1 - t];
   }
   return {index_tensor(x, {B, T}), index_tensor(y, {B, T})};
