@@ -1,12 +1,13 @@
-// A persistent pool of num_threads() - 1 workers. A worker that finishes a range spins for
-// ~1 ms waiting for the next parallel_for before it sleeps on a condition variable: an op
-// sequence (GEMM, attention, GEMM, ... with serial work between) then hands work over
-// without futex wake-ups (2-thread MHA large over 1 thread: 1.65-1.94x in five runs with a
-// 0.1 ms spin, 1.81-1.98x in three with 1 ms). The cost: an idle worker keeps its core busy for up to 1 ms after an op.
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-
+// A persistent pool of workers for parallel_for. One call is a Job on the caller's stack: its
+// range is cut into chunks that the caller and the woken workers claim with one atomic
+// counter, so a chunk runs exactly once whoever gets it, and a worker that is late (asleep, or
+// sharing its core with another process) simply claims fewer. Everything else the threads
+// share (the current job, its count of active workers, its error) is guarded by one mutex.
+// A worker that has just finished polls for the next job for about kPollYields sched_yield()s
+// (tens of microseconds) before it sleeps on a condition variable: an op sequence (GEMM,
+// attention, GEMM, ...) then hands work over without the 30-50 us of a futex wake-up, while a
+// core another process wants is handed over at every poll (yield, not a pause loop), so an
+// oversubscribed machine loses nothing to it.
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -22,16 +23,20 @@
 namespace xgrad {
 namespace {
 
-thread_local bool t_inside = false;
+thread_local bool t_inside = false;  // in a parallel_for body: nested calls run inline
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
-constexpr int kSpinPauses = 20000;  // ~1 ms of _mm_pause before sleeping
+using Body = std::function<void(std::size_t, std::size_t)>;
+constexpr int kPollYields = 200;
+
+struct Job {
+  const Body* body;
+  std::size_t n, grain, chunks;
+  std::size_t helpers;                  // workers allowed to join: num_threads() - 1
+  std::atomic<std::size_t> next{0};     // next unclaimed chunk
+  std::atomic<bool> failed{false};      // skip the chunks not started yet
+  std::atomic<std::size_t> active{0};   // workers inside run_chunks; changed under Pool::mu_
+  std::exception_ptr error;             // guarded by Pool::mu_
+};
 
 class Pool {
  public:
@@ -44,72 +49,84 @@ class Pool {
     for (auto& t : workers_) t.join();
   }
 
-  void run(std::size_t n, std::size_t parts, const std::function<void(std::size_t, std::size_t)>& body) {
-    std::lock_guard<std::mutex> one_at_a_time(run_mu_);
-    while (workers_.size() + 1 < parts) {
-      const std::size_t index = workers_.size() + 1;
+  // Runs the job with the pool's workers; false (nothing run) when another thread's job holds
+  // the pool.
+  bool try_run(Job& job) {
+    std::unique_lock<std::mutex> mine(run_mu_, std::try_to_lock);
+    if (!mine.owns_lock()) return false;
+    while (workers_.size() < job.helpers) {  // workers_ changes only here, under run_mu_
+      const std::size_t index = workers_.size();
       workers_.emplace_back([this, index] { work(index); });
     }
-    body_ = &body, n_ = n, parts_ = parts, error_ = nullptr;
-    pending_.store(parts - 1, std::memory_order_relaxed);
     {
-      std::lock_guard<std::mutex> lk(mu_);  // a worker between its check and its wait sees it
-      generation_.fetch_add(1, std::memory_order_release);
+      std::lock_guard<std::mutex> lk(mu_);
+      job_ = &job;
+      ++generation_;
     }
     wake_.notify_all();
-    call(0);
-    for (int i = 0; i < kSpinPauses && pending_.load(std::memory_order_acquire) != 0; ++i) cpu_relax();
-    if (pending_.load(std::memory_order_acquire) != 0) {
+    run_chunks(job);
+    // Every chunk is claimed; wait for the workers still running one (polling first, as the
+    // workers do for new jobs). After this no worker can reach the job: job_ is cleared under
+    // the lock a worker takes it with.
+    for (int i = 0; i < kPollYields && job.active.load(std::memory_order_acquire) != 0; ++i)
+      std::this_thread::yield();
+    {
       std::unique_lock<std::mutex> lk(mu_);
-      done_.wait(lk, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+      done_.wait(lk, [&] { return job.active.load(std::memory_order_relaxed) == 0; });
+      job_ = nullptr;
     }
-    if (error_) std::rethrow_exception(error_);
+    if (job.error) std::rethrow_exception(job.error);
+    return true;
   }
 
  private:
-  void call(std::size_t part) {
+  void run_chunks(Job& job) {
     t_inside = true;
-    try {
-      (*body_)(n_ * part / parts_, n_ * (part + 1) / parts_);
-    } catch (...) {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (!error_) error_ = std::current_exception();
+    for (;;) {
+      const std::size_t c = job.next.fetch_add(1, std::memory_order_relaxed);
+      if (c >= job.chunks) break;
+      if (job.failed.load(std::memory_order_relaxed)) continue;
+      const std::size_t begin = c * job.grain, end = std::min(job.n, begin + job.grain);
+      try {
+        (*job.body)(begin, end);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!job.error) job.error = std::current_exception();
+        job.failed.store(true, std::memory_order_relaxed);
+      }
     }
     t_inside = false;
   }
+
   void work(std::size_t index) {
     std::uint64_t seen = 0;
+    std::unique_lock<std::mutex> lk(mu_);
     for (;;) {
-      std::uint64_t g = generation_.load(std::memory_order_acquire);
-      for (int i = 0; i < kSpinPauses && g == seen; ++i) {
-        cpu_relax();
-        g = generation_.load(std::memory_order_acquire);
+      if (generation_.load(std::memory_order_relaxed) == seen && !stop_) {
+        lk.unlock();
+        for (int i = 0; i < kPollYields && generation_.load(std::memory_order_acquire) == seen; ++i)
+          std::this_thread::yield();
+        lk.lock();
       }
-      if (g == seen) {
-        std::unique_lock<std::mutex> lk(mu_);
-        wake_.wait(lk, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
-        if (stop_) return;
-        g = generation_.load(std::memory_order_acquire);
-      }
-      seen = g;
-      if (index >= parts_) continue;
-      call(index);
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        std::lock_guard<std::mutex> lk(mu_);
-        done_.notify_one();
-      }
+      wake_.wait(lk, [&] { return stop_ || generation_.load(std::memory_order_relaxed) != seen; });
+      if (stop_) return;
+      seen = generation_.load(std::memory_order_relaxed);
+      Job* job = job_;
+      if (!job || index >= job->helpers) continue;
+      ++job->active;
+      lk.unlock();
+      run_chunks(*job);
+      lk.lock();
+      if (job->active.fetch_sub(1, std::memory_order_release) == 1) done_.notify_all();
     }
   }
 
-  std::mutex run_mu_, mu_;
+  std::mutex run_mu_;  // held by the thread whose job the pool runs
+  std::mutex mu_;      // guards everything below
   std::condition_variable wake_, done_;
   std::vector<std::thread> workers_;
-  // Set by run() before generation_ is bumped (release), read by workers after (acquire).
-  const std::function<void(std::size_t, std::size_t)>* body_ = nullptr;
-  std::size_t n_ = 0, parts_ = 1;
-  std::atomic<std::uint64_t> generation_{0};
-  std::atomic<std::size_t> pending_{0};
-  std::exception_ptr error_;
+  Job* job_ = nullptr;
+  std::atomic<std::uint64_t> generation_{0};  // written under mu_; polled without it
   bool stop_ = false;
 };
 
@@ -120,12 +137,21 @@ Pool& pool() {
 
 }  // namespace
 
-void parallel_for(std::size_t n, std::size_t cost_per_item,
-                  const std::function<void(std::size_t, std::size_t)>& body) {
-  const std::size_t threads = std::size_t(num_threads());
+void parallel_for(std::size_t n, std::size_t cost_per_item, const Body& body) {
+  if (n < 2 || t_inside) return body(0, n);
   const bool small = cost_per_item < kMinParallelWork && n * cost_per_item < kMinParallelWork;
-  if (threads <= 1 || n < 2 || t_inside || small) return body(0, n);
-  pool().run(n, std::min(threads, n), body);
+  const std::size_t threads = std::min<std::size_t>(std::size_t(num_threads()), n);
+  if (threads <= 1 || small) return body(0, n);
+  // About four chunks per thread: enough for a late thread to be covered by the others,
+  // few enough that claiming one costs nothing next to its work.
+  const std::size_t target = std::min(n, threads * 4);
+  Job job;
+  job.body = &body;
+  job.n = n;
+  job.grain = (n + target - 1) / target;
+  job.chunks = (n + job.grain - 1) / job.grain;
+  job.helpers = threads - 1;
+  if (!pool().try_run(job)) body(0, n);
 }
 
 }  // namespace xgrad

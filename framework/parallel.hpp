@@ -5,16 +5,18 @@
 
 namespace xgrad {
 
-// Calls body(begin, end) on a partition of [0, n) into at most num_threads() contiguous
-// ranges, one per thread (the calling thread runs the first), and returns when all are
-// done. The first exception a range throws is rethrown here. Runs body(0, n) inline when
-// one thread is configured, n < 2, when called from inside another parallel_for, or when
-// the work is too small to pay for waking a thread: n * cost_per_item < kMinParallelWork
-// (cost in multiply-adds or comparable simple operations).
-// GEMMs inside a body run on their own thread (OpenBLAS is single-threaded, see
-// runtime.hpp, and a nested parallel_for runs inline). One parallel_for runs at a time
-// (calls from several user threads queue).
-constexpr std::size_t kMinParallelWork = std::size_t(1) << 17;
+// Calls body(begin, end) on disjoint ranges that together cover [0, n) exactly once, on up to
+// num_threads() threads (the calling thread works too), and returns when all are done. Ranges
+// are handed out in chunks as threads become free, so which thread runs which range, and how
+// [0, n) is cut, vary from call to call: body must give the same results for any partition
+// (each item's arithmetic its own), which is what makes every op bit-identical for any thread
+// count. The first exception a range throws is rethrown here (the remaining ranges are
+// skipped).
+// Runs body(0, n) inline when one thread is configured, n < 2, when called from inside
+// another parallel_for, when the pool is busy with another user thread's call, or when the
+// work is too small to pay for waking a thread: n * cost_per_item < kMinParallelWork (cost in
+// multiply-adds or comparable simple operations). Idle workers sleep (no spinning).
+constexpr std::size_t kMinParallelWork = std::size_t(1) << 20;
 void parallel_for(std::size_t n, std::size_t cost_per_item,
                   const std::function<void(std::size_t begin, std::size_t end)>& body);
 

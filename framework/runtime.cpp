@@ -1,53 +1,212 @@
-// Process-wide settings: BLAS threads and allocator tuning.
+// Threads, CPU code path, allocator tuning and the runtime report. Nothing here runs when the
+// library is loaded: every setting is resolved on first use.
+#include <sched.h>
+#if defined(__GLIBC__)
 #include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "xgrad/framework/errors.hpp"
 #include "xgrad/framework/runtime.hpp"
 
-extern "C" void openblas_set_num_threads(int);
-extern "C" int openblas_get_num_threads(void);
+// Weak: with a BLAS other than OpenBLAS these are null and the settings are skipped.
+extern "C" __attribute__((weak)) void openblas_set_num_threads(int);
+extern "C" __attribute__((weak)) int openblas_get_num_threads(void);
+extern "C" __attribute__((weak)) char* openblas_get_corename(void);
+extern "C" __attribute__((weak)) char* openblas_get_config(void);
+
+#ifndef XGRAD_VERSION
+#define XGRAD_VERSION "unknown"
+#endif
+#ifndef XGRAD_GIT_COMMIT
+#define XGRAD_GIT_COMMIT "unknown"
+#endif
 
 namespace xgrad {
-
-namespace {
-// xgrad's thread count. OpenBLAS itself always runs single-threaded: xgrad splits large GEMMs
-// and attention heads over its own parallel_for workers, so no second pool of BLAS threads
-// spins for the same cores. The default is OpenBLAS's (OPENBLAS_NUM_THREADS, else one per
-// core), read once when the library loads.
-struct Threads {
-  std::atomic<int> n;
-  Threads() : n(std::max(1, openblas_get_num_threads())) { openblas_set_num_threads(1); }
-};
-Threads& threads() {
-  static Threads t;
-  return t;
+namespace detail {
+void blas_single_thread();
 }
-const bool threads_initialised = (threads(), true);
+
+// --- threads --------------------------------------------------------------------------------
+namespace {
+int available_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, int(std::thread::hardware_concurrency()));
+}
+
+int default_threads() {
+  const char* env = std::getenv("XGRAD_NUM_THREADS");
+  if (!env) return available_cores();
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(env, &end, 10);
+  if (end == env || *end != '\0' || errno != 0 || n < 1 || n > 1024)
+    throw ValueError(std::string("XGRAD_NUM_THREADS: must be an integer in [1, 1024], got '") + env + "'");
+  return int(n);
+}
+
+std::atomic<int> g_threads{0};  // 0: not resolved yet
 }  // namespace
 
 void set_num_threads(int n) {
   if (n < 1) throw ValueError("set_num_threads: n must be >= 1, got " + std::to_string(n));
-  threads().n = n;
-  openblas_set_num_threads(1);
+  g_threads.store(n, std::memory_order_relaxed);
+  detail::blas_single_thread();
 }
 
-int num_threads() { return threads().n; }
+int num_threads() {
+  int n = g_threads.load(std::memory_order_relaxed);
+  if (n != 0) return n;
+  n = default_threads();  // may throw: then nothing is stored and the next call throws again
+  int expected = 0;
+  g_threads.compare_exchange_strong(expected, n, std::memory_order_relaxed);
+  return g_threads.load(std::memory_order_relaxed);
+}
 
+void detail::blas_single_thread() {
+  if (openblas_get_num_threads && openblas_set_num_threads && openblas_get_num_threads() != 1)
+    openblas_set_num_threads(1);
+}
+
+// --- CPU code path --------------------------------------------------------------------------
 namespace {
-struct MallocTuning {
-  MallocTuning() {
-    const char* env = std::getenv("XGRAD_MALLOC_TUNING");
-    if (env && std::strcmp(env, "0") == 0) return;
-    mallopt(M_MMAP_MAX, 0);               // large buffers come from the heap too, and are reused
-    mallopt(M_TRIM_THRESHOLD, 256 << 20); // keep up to 256 MiB of freed heap for the next step
+bool cpu_can_run(CpuPath p) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  switch (p) {
+    case CpuPath::Baseline: return true;
+    case CpuPath::Avx2:  // x86-64-v3
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
+             __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("avx");
+    case CpuPath::Avx512:  // x86-64-v4
+      return cpu_can_run(CpuPath::Avx2) && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512cd");
   }
-} const tuning;
+  return false;
+#else
+  return p == CpuPath::Baseline;  // other targets compile the baseline kernels only
+#endif
+}
+
+CpuPath parse_path(const std::string& s) {
+  for (CpuPath p : {CpuPath::Baseline, CpuPath::Avx2, CpuPath::Avx512})
+    if (s == cpu_path_name(p)) return p;
+  throw ValueError("XGRAD_CPU_PATH: unknown value '" + s + "' (expected baseline, avx2 or avx512)");
+}
+
+void check_runnable(const char* who, CpuPath p) {
+  if (!cpu_can_run(p)) {
+    std::string have;
+    for (CpuPath q : supported_cpu_paths()) have += std::string(have.empty() ? "" : ", ") + cpu_path_name(q);
+    throw ValueError(std::string(who) + ": this CPU cannot run the " + cpu_path_name(p) +
+                     " path (it runs: " + have + ")");
+  }
+}
+
+CpuPath default_path() {
+  if (const char* env = std::getenv("XGRAD_CPU_PATH")) {
+    const CpuPath p = parse_path(env);
+    check_runnable("XGRAD_CPU_PATH", p);
+    return p;
+  }
+  return supported_cpu_paths().back();
+}
+
+constexpr int kUnresolved = -1;
+std::atomic<int> g_path{kUnresolved};
 }  // namespace
+
+const char* cpu_path_name(CpuPath p) {
+  switch (p) {
+    case CpuPath::Baseline: return "baseline";
+    case CpuPath::Avx2: return "avx2";
+    case CpuPath::Avx512: return "avx512";
+  }
+  return "unknown";
+}
+
+std::vector<CpuPath> supported_cpu_paths() {
+  std::vector<CpuPath> v;
+  for (CpuPath p : {CpuPath::Baseline, CpuPath::Avx2, CpuPath::Avx512})
+    if (cpu_can_run(p)) v.push_back(p);
+  return v;
+}
+
+CpuPath cpu_path() {
+  const int p = g_path.load(std::memory_order_relaxed);
+  if (p != kUnresolved) return CpuPath(p);
+  int expected = kUnresolved;
+  g_path.compare_exchange_strong(expected, int(default_path()), std::memory_order_relaxed);
+  return CpuPath(g_path.load(std::memory_order_relaxed));
+}
+
+void set_cpu_path(CpuPath p) {
+  check_runnable("set_cpu_path", p);
+  g_path.store(int(p), std::memory_order_relaxed);
+}
+
+// --- allocator ------------------------------------------------------------------------------
+bool tune_allocator() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  return true;
+#else
+  return false;
+#endif
+}
+
+// --- what ran -------------------------------------------------------------------------------
+namespace {
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
+    }
+  return "unknown";
+}
+std::string trimmed(const char* s) {
+  std::string r = s ? s : "";
+  while (!r.empty() && (r.back() == ' ' || r.back() == '\n')) r.pop_back();
+  return r;
+}
+}  // namespace
+
+RuntimeInfo runtime_info() {
+  RuntimeInfo r;
+  r.version = XGRAD_VERSION;
+  r.commit = XGRAD_GIT_COMMIT;
+  r.cpu_model = cpu_model();
+  r.cpu_path = cpu_path_name(cpu_path());
+  r.blas_core = openblas_get_corename ? trimmed(openblas_get_corename()) : "not OpenBLAS";
+  r.blas_config = openblas_get_config ? trimmed(openblas_get_config()) : "";
+  const char* env = std::getenv("OPENBLAS_CORETYPE");
+  r.blas_coretype_env = env ? env : "";
+  r.num_threads = num_threads();
+  return r;
+}
+
+std::string runtime_summary() {
+  const RuntimeInfo r = runtime_info();
+  return "xgrad " + r.version + " (" + r.commit + ") | cpu " + r.cpu_model + " | path " + r.cpu_path +
+         " | openblas " + r.blas_core +
+         (r.blas_coretype_env.empty() ? "" : " (OPENBLAS_CORETYPE=" + r.blas_coretype_env + ")") +
+         " | threads " + std::to_string(r.num_threads);
+}
 
 }  // namespace xgrad

@@ -1,20 +1,65 @@
-// xgrad/framework/runtime.hpp — process-wide settings.
+// xgrad/framework/runtime.hpp — threads, the CPU code path, and what ran (for reports).
+//
+// Loading the library changes nothing in the host process. Process-wide settings change only
+// when the program asks or when an op needs them, as documented below.
 #pragma once
+#include <string>
+#include <vector>
 
 namespace xgrad {
 
-// Threads for one op: large GEMMs are split into row (or column) blocks and attention
-// heads run in parallel, on parallel_for's workers; OpenBLAS itself is kept at one thread
-// (one pool of threads, not two competing for the cores). Small work stays on the calling
-// thread. Tests use 1. n < 1 is a ValueError. Default: OpenBLAS's default count
-// (OPENBLAS_NUM_THREADS, else one per core).
+// --- threads ------------------------------------------------------------------------------
+// Threads for one op: large GEMMs run as fixed blocks and attention heads in parallel, on
+// parallel_for's workers (framework/parallel.hpp). Results never depend on the thread count:
+// how an op splits its work is a function of the shapes only, so every op, model and example
+// gives the same bits for any n (tests/test_parallel.cpp).
+// Default: the environment variable XGRAD_NUM_THREADS if set (a positive integer; anything
+// else is a ValueError at first use), else the number of cores this process may run on
+// (sched_getaffinity). n < 1 is a ValueError.
 void set_num_threads(int n);
 int num_threads();
 
-// Memory: tensors are plain heap buffers. When the library loads it tunes glibc malloc
-// (M_MMAP_MAX 0: no per-buffer mmap; M_TRIM_THRESHOLD 256 MiB) so that freed tensor
-// buffers are reused by the next op instead of being unmapped and faulted in again (page
-// faults cost 15-40% of an attention layer's time without it). Set XGRAD_MALLOC_TUNING=0
-// in the environment to keep glibc's defaults.
+// OpenBLAS: xgrad calls it from its own threads and needs it single-threaded (a multi-threaded
+// GEMM splits the product by the thread count, which changes the last bits of the result).
+// The first xgrad GEMM, and set_num_threads, call openblas_set_num_threads(1); a GEMM that
+// finds OpenBLAS set to more threads again (by the host program) sets it back to 1.
+
+// --- CPU code path --------------------------------------------------------------------------
+// Float32 kernels that profit from wider vectors (GELU, layer_norm rows, attention's softmax
+// rows) are compiled three times and picked per call: x86-64 baseline (SSE2), AVX2 + FMA
+// (x86-64-v3) and AVX-512 (x86-64-v4). The default is the best this CPU runs. The environment
+// variable XGRAD_CPU_PATH = baseline | avx2 | avx512 forces one (read at first use); an unknown
+// value or a path this CPU cannot run is a ValueError then, never an illegal instruction.
+// Paths differ in the last bits of float32 results (FMA contraction, vector width); each is
+// tested (scripts/run-tests.sh runs the numeric suites once per path the CPU supports).
+enum class CpuPath { Baseline, Avx2, Avx512 };
+CpuPath cpu_path();
+void set_cpu_path(CpuPath path);             // ValueError if this CPU cannot run it
+std::vector<CpuPath> supported_cpu_paths();  // ascending; always holds Baseline
+const char* cpu_path_name(CpuPath path);     // "baseline", "avx2", "avx512"
+
+// --- allocator ------------------------------------------------------------------------------
+// Opt-in glibc malloc tuning for training loops: M_MMAP_MAX 0 (no per-buffer mmap) and
+// M_TRIM_THRESHOLD 256 MiB, so that freed tensor buffers are reused by the next step instead
+// of being unmapped and faulted in again (page faults cost 15-40% of an attention layer's
+// time without it). Process-wide, hence never done implicitly; the examples and benchmarks
+// call it. Returns false (and does nothing) where the C library is not glibc.
+bool tune_allocator();
+
+// --- what ran -------------------------------------------------------------------------------
+// For metrics files and benchmark output: results may depend on the CPU (the code path and
+// OpenBLAS's kernels), never on the thread count.
+struct RuntimeInfo {
+  std::string version;          // xgrad's version, and the git commit it was built from
+  std::string commit;
+  std::string cpu_model;        // /proc/cpuinfo's "model name" (or "unknown")
+  std::string cpu_path;         // cpu_path_name(cpu_path())
+  std::string blas_core;        // OpenBLAS's kernel family (openblas_get_corename())
+  std::string blas_config;      // openblas_get_config()
+  std::string blas_coretype_env;  // OPENBLAS_CORETYPE as set in the environment, or ""
+  int num_threads = 1;
+};
+RuntimeInfo runtime_info();
+std::string runtime_summary();  // one line: "xgrad 0.1.0 (abc1234) | cpu ... | path avx512 | ..."
 
 }  // namespace xgrad

@@ -29,6 +29,7 @@
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/fastmath.hpp"
+#include "xgrad/ops/isa.hpp"
 #include "xgrad/ops/mask.hpp"
 #include "xgrad/ops/matmul.hpp"
 #include "xgrad/ops/shape.hpp"
@@ -114,7 +115,7 @@ XGRAD_FASTMATH_INLINE float exp_shifted<float>(float d) {
   return fastmath::impl::select(low, 0.0f, fastmath::fast_expf(fastmath::impl::select(low, kLow, d)));
 }
 
-// x[j] = exp(x[j] - mx); returns the sum (vectorised inside softmax_rows' float32 clones).
+// x[j] = exp(x[j] - mx); returns the sum (vectorised inside softmax_rows' float32 variants).
 static_assert(kLanes == 16, "exp_shifted_sum's vector prefix is fastmath::vector_prefix (multiples of 16)");
 template <class T>
 XGRAD_FASTMATH_INLINE T exp_shifted_sum(T* x, std::size_t n, T mx) {
@@ -133,7 +134,7 @@ XGRAD_FASTMATH_INLINE T exp_shifted_sum(T* x, std::size_t n, T mx) {
 // keys and keys >= c). Groups of rows go through three passes (mask and max, exp and sum,
 // scale): the exps of different rows do not wait for each other, so short rows (16 keys)
 // overlap in the pipeline instead of each paying its own max -> exp -> sum latency.
-// float32 runs in AVX2 / AVX-512 clones (masks become vector blends, maxima vector max).
+// float32 runs per CPU path (ops/isa.hpp; masks become vector blends, maxima vector max).
 template <class T>
 XGRAD_FASTMATH_INLINE void softmax_rows_impl(T* P, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
                   std::size_t h, const MaskView<T>& m) {
@@ -176,11 +177,15 @@ XGRAD_FASTMATH_INLINE void softmax_rows_impl(T* P, std::size_t r0, std::size_t r
     }
   }
 }
-XGRAD_FASTMATH_CLONES
-void softmax_rows_f32(float* P, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
-                      std::size_t h, const MaskView<float>& m) {
+XGRAD_FASTMATH_INLINE void softmax_rows_f32_body(float* P, std::size_t r0, std::size_t r1, std::size_t c,
+                                                 std::size_t S, std::size_t b, std::size_t h,
+                                                 const MaskView<float>& m) {
   softmax_rows_impl<float>(P, r0, r1, c, S, b, h, m);
 }
+XGRAD_ISA_KERNEL(softmax_rows_f32,
+                 (float* P, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
+                  std::size_t h, const MaskView<float>& m),
+                 (P, r0, r1, c, S, b, h, m))
 template <class T>
 void softmax_rows(T* P, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
                   std::size_t h, const MaskView<T>& m) {

@@ -4,15 +4,14 @@
 #include <algorithm>
 
 #include "xgrad/framework/parallel.hpp"
-#include "xgrad/framework/runtime.hpp"
 #include "xgrad/ops/detail.hpp"
 
 namespace xgrad::detail {
 
 namespace {
 template <class T>
-void gemm_one_thread(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
-                     const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
+void gemm_one_call(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
+                   const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
   const auto TA = trans_a ? CblasTrans : CblasNoTrans, TB = trans_b ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>)
     cblas_sgemm(CblasRowMajor, TA, TB, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta,
@@ -21,9 +20,18 @@ void gemm_one_thread(bool trans_a, bool trans_b, std::size_t M, std::size_t N, s
     cblas_dgemm(CblasRowMajor, TA, TB, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta,
                 C, int(ldc));
 }
-// GEMMs of at least this many multiply-adds are split over the threads (~10 us on one core).
-constexpr std::size_t kParallelGemm = std::size_t(1) << 20;
-constexpr std::size_t kSplitBlock = 32;  // rows (or columns) per work item
+
+// How a GEMM is cut into blocks, from its shape alone (never from the thread count): OpenBLAS's
+// results for a row (or column) of C depend on where it falls in the product it is computed
+// in (the Haswell/Zen sgemm kernels differ in ~8% of elements between one 1024-row product
+// and two 512-row halves), so the blocks, and with them every bit of C, are the same for any
+// number of threads. Blocks are >= kMinBlock long and >= kMinBlockWork multiply-adds (each
+// one re-packs the other operand and pays a call: 3-6% of one-call speed at 4 blocks of 512,
+// measured in docs/PERFORMANCE.md), and at most kMaxBlocks.
+constexpr std::size_t kMinBlockWork = std::size_t(1) << 23;  // ~60 us on one core
+constexpr std::size_t kMinBlock = 256;
+constexpr std::size_t kMaxBlocks = 4;
+constexpr std::size_t kBlockAlign = 16;  // block lengths: multiples of the kernels' unrolling
 }  // namespace
 
 template <class T>
@@ -35,21 +43,24 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
       for (std::size_t j = 0; j < N; ++j) C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
     return;
   }
-  if (num_threads() < 2 || M * N * K < kParallelGemm)
-    return gemm_one_thread(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  // Split C into blocks of kSplitBlock rows (or columns, when it is wider than tall): rows
-  // [m0, m1) of C need rows [m0, m1) of op(A) only; columns [n0, n1) columns of op(B) only.
+  blas_single_thread();
+  // Rows [m0, m1) of C need rows [m0, m1) of op(A) only; columns [n0, n1), columns of op(B) only.
   const bool by_rows = M >= N;
-  const std::size_t len = by_rows ? M : N, blocks = (len + kSplitBlock - 1) / kSplitBlock;
-  parallel_for(blocks, kSplitBlock * (by_rows ? N : M) * K, [&](std::size_t begin, std::size_t end) {
-    const std::size_t lo = begin * kSplitBlock, hi = std::min(len, end * kSplitBlock);
-    if (lo >= hi) return;
-    if (by_rows)
-      gemm_one_thread(trans_a, trans_b, hi - lo, N, K, alpha, trans_a ? A + lo : A + lo * lda, lda, B, ldb, beta,
+  const std::size_t len = by_rows ? M : N;
+  const std::size_t blocks = std::clamp<std::size_t>(std::min(len / kMinBlock, M * N * K / kMinBlockWork), 1, kMaxBlocks);
+  if (blocks == 1) return gemm_one_call(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  const std::size_t step = (len / blocks + kBlockAlign - 1) / kBlockAlign * kBlockAlign;
+  const std::size_t count = (len + step - 1) / step;
+  parallel_for(count, step * (by_rows ? N : M) * K, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t blk = begin; blk < end; ++blk) {
+      const std::size_t lo = blk * step, n = std::min(len, lo + step) - lo;
+      if (by_rows)
+        gemm_one_call(trans_a, trans_b, n, N, K, alpha, trans_a ? A + lo : A + lo * lda, lda, B, ldb, beta,
                       C + lo * ldc, ldc);
-    else
-      gemm_one_thread(trans_a, trans_b, M, hi - lo, K, alpha, A, lda, trans_b ? B + lo * ldb : B + lo, ldb, beta,
+      else
+        gemm_one_call(trans_a, trans_b, M, n, K, alpha, A, lda, trans_b ? B + lo * ldb : B + lo, ldb, beta,
                       C + lo, ldc);
+    }
   });
 }
 template void gemm<float>(bool, bool, std::size_t, std::size_t, std::size_t, float, const float*,

@@ -34,13 +34,18 @@ std::vector<std::size_t> contiguous_strides(const Shape& shape);
 // op(A): M x K with A's row stride lda, op(B): K x N with row stride ldb. Strided operands
 // (a head's columns inside a (B, L, H*D) tensor) are passed through lda/ldb/ldc, not copied.
 // K == 0 gives C = beta C; beta == 0 never reads C.
+// OpenBLAS must run single-threaded under xgrad (runtime.hpp): a multi-threaded GEMM cuts the
+// product by its thread count, which changes results. Cheap enough to call before every GEMM;
+// does nothing with a BLAS that is not OpenBLAS (defined in framework/runtime.cpp).
+void blas_single_thread();
+
 template <class T>
 void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
           const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc);
 
 // sum_{i < n} f(i) in kLanes interleaved partial sums: independent adds pipeline (and the
 // compiler can vectorise them) where one running sum is a chain of n dependent adds.
-// Always inlined, so that inside a fastmath clone it is compiled for the clone's ISA (there
+// Always inlined, so that inside an XGRAD_ISA_KERNEL variant it is compiled for that variant's ISA (there
 // kLanes = 64 / sizeof(T) fills one AVX-512 register; 8 lanes of float made GCC shuffle).
 template <class T, std::size_t kLanes = 8, class F>
 [[gnu::always_inline]] inline T lane_sum(std::size_t n, F&& f) {

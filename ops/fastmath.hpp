@@ -5,7 +5,7 @@
 // no tables), so a plain loop `for (i...) out[i] = fast_expf(in[i]);` over float arrays is
 // vectorised by GCC 12 at -O3, with SSE2 or wider (at -O2 only when the trip count is a
 // multiple of the vector width: see vector_prefix). For AVX2 / AVX-512 code in a library built
-// for baseline x86-64, mark the kernel function XGRAD_FASTMATH_CLONES (end of this file).
+// for baseline x86-64, define the kernel with XGRAD_ISA_KERNEL (ops/isa.hpp).
 //
 // Accuracy, float32 results against double std::exp / std::erf / std::erfc, measured over
 // every float input, for the baseline (SSE2) build and for the x86-64-v3 / v4 (FMA) builds;
@@ -213,18 +213,3 @@ XGRAD_FASTMATH_INLINE void erf_array(const float* __restrict in, float* __restri
 }
 
 }  // namespace xgrad::fastmath
-
-// XGRAD_FASTMATH_CLONES before a (non-inline) kernel function in a .cpp file makes GCC compile
-// it three times, for x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA) and the baseline the library
-// is built for (SSE2), and pick one when the library is loaded, by the CPU's features (an
-// ifunc). Loops of the functions above inside such a kernel (they are all forced inline) run
-// 2-4x faster with the wider vectors and FMA. Empty with other compilers and targets, and in
-// Address- and ThreadSanitizer builds (ifunc resolvers can run during relocation, before the
-// sanitizer runtime is initialised; those builds test the baseline code).
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && defined(__x86_64__) && \
-    defined(__linux__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-#define XGRAD_FASTMATH_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define XGRAD_FASTMATH_CLONES
-#endif

@@ -25,7 +25,8 @@
 
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/elementwise.hpp"
-#include "xgrad/ops/fastmath.hpp"  // XGRAD_FASTMATH_CLONES
+#include "xgrad/ops/fastmath.hpp"
+#include "xgrad/ops/isa.hpp"
 #include "xgrad/ops/norm.hpp"
 #include "xgrad/ops/reduce.hpp"
 #include "xgrad/ops/unary.hpp"
@@ -101,17 +102,24 @@ XGRAD_FASTMATH_INLINE void layer_norm_backward_rows(const T* x, const T* w, cons
   }
 }
 
-// float32 row loops in AVX2 / AVX-512 clones (fastmath.hpp); float64 as written above.
-XGRAD_FASTMATH_CLONES
-void layer_norm_rows_f32(const float* x, const float* w, const float* b, std::size_t R, std::size_t N, float eps,
-                         float* y, float* mean, float* rstd) {
+// float32 row loops compiled per CPU path (ops/isa.hpp); float64 as written above.
+XGRAD_FASTMATH_INLINE void layer_norm_rows_f32_body(const float* x, const float* w, const float* b, std::size_t R,
+                                                    std::size_t N, float eps, float* y, float* mean, float* rstd) {
   layer_norm_rows<float>(x, w, b, R, N, eps, y, mean, rstd);
 }
-XGRAD_FASTMATH_CLONES
-void layer_norm_backward_rows_f32(const float* x, const float* w, const float* g, const float* mean,
-                                  const float* rstd, std::size_t R, std::size_t N, float* dx, float* dw, float* db) {
+XGRAD_ISA_KERNEL(layer_norm_rows_f32,
+                 (const float* x, const float* w, const float* b, std::size_t R, std::size_t N, float eps, float* y,
+                  float* mean, float* rstd),
+                 (x, w, b, R, N, eps, y, mean, rstd))
+XGRAD_FASTMATH_INLINE void layer_norm_backward_rows_f32_body(const float* x, const float* w, const float* g,
+                                                             const float* mean, const float* rstd, std::size_t R,
+                                                             std::size_t N, float* dx, float* dw, float* db) {
   layer_norm_backward_rows<float>(x, w, g, mean, rstd, R, N, dx, dw, db);
 }
+XGRAD_ISA_KERNEL(layer_norm_backward_rows_f32,
+                 (const float* x, const float* w, const float* g, const float* mean, const float* rstd,
+                  std::size_t R, std::size_t N, float* dx, float* dw, float* db),
+                 (x, w, g, mean, rstd, R, N, dx, dw, db))
 template <class T>
 void forward_rows(const T* x, const T* w, const T* b, std::size_t R, std::size_t N, T eps, T* y, T* mean, T* rstd) {
   if constexpr (std::is_same_v<T, float>) layer_norm_rows_f32(x, w, b, R, N, eps, y, mean, rstd);

@@ -6,6 +6,7 @@
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/fastmath.hpp"
+#include "xgrad/ops/isa.hpp"
 #include "xgrad/ops/unary.hpp"
 
 namespace xgrad {
@@ -25,28 +26,34 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 constexpr double kTwoOverSqrtPi = 1.12837916709551257390;
 
 // float32 GELU kernels: fastmath's vectorised exp / erfc instead of libm's scalar erff and
-// expf (see ops/fastmath.hpp for their accuracy). float64 keeps std::erf and std::exp.
-XGRAD_FASTMATH_CLONES
-void gelu_f32(const float* __restrict x, float* __restrict y, std::size_t n) {
+// expf (see ops/fastmath.hpp for their accuracy), one variant per CPU path (ops/isa.hpp).
+// float64 keeps std::erf and std::exp.
+XGRAD_FASTMATH_INLINE void gelu_f32_body(const float* __restrict x, float* __restrict y, std::size_t n) {
   const std::size_t m = fastmath::vector_prefix(n);
   for (std::size_t i = 0; i < m; ++i) y[i] = fastmath::fast_gelu(x[i]);
   for (std::size_t i = m; i < n; ++i) y[i] = fastmath::fast_gelu(x[i]);
 }
+XGRAD_ISA_KERNEL(gelu_f32, (const float* __restrict x, float* __restrict y, std::size_t n), (x, y, n))
 
-XGRAD_FASTMATH_CLONES
-void gelu_and_slope_f32(const float* __restrict x, float* __restrict y, float* __restrict dy, std::size_t n) {
+XGRAD_FASTMATH_INLINE void gelu_and_slope_f32_body(const float* __restrict x, float* __restrict y,
+                                                   float* __restrict dy, std::size_t n) {
   const std::size_t m = fastmath::vector_prefix(n);
   for (std::size_t i = 0; i < m; ++i) fastmath::fast_gelu_and_grad(x[i], y[i], dy[i]);
   for (std::size_t i = m; i < n; ++i) fastmath::fast_gelu_and_grad(x[i], y[i], dy[i]);
 }
+XGRAD_ISA_KERNEL(gelu_and_slope_f32,
+                 (const float* __restrict x, float* __restrict y, float* __restrict dy, std::size_t n),
+                 (x, y, dy, n))
 
-XGRAD_FASTMATH_CLONES
-void gelu_backward_f32(const float* __restrict x, const float* __restrict g, float* __restrict dx,
-                       std::size_t n) {
+XGRAD_FASTMATH_INLINE void gelu_backward_f32_body(const float* __restrict x, const float* __restrict g,
+                                                  float* __restrict dx, std::size_t n) {
   const std::size_t m = fastmath::vector_prefix(n);
   for (std::size_t i = 0; i < m; ++i) dx[i] = g[i] * fastmath::fast_gelu_grad(x[i]);
   for (std::size_t i = m; i < n; ++i) dx[i] = g[i] * fastmath::fast_gelu_grad(x[i]);
 }
+XGRAD_ISA_KERNEL(gelu_backward_f32,
+                 (const float* __restrict x, const float* __restrict g, float* __restrict dx, std::size_t n),
+                 (x, g, dx, n))
 
 // The float64 path's two GELU factors, with std::erf / std::exp:
 // Phi(v) = (1 + erf(v / sqrt 2)) / 2 and phi(v) = exp(-v^2 / 2) / sqrt(2 pi).

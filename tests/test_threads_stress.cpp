@@ -1,0 +1,116 @@
+// Stress for the thread pool and the ops that split work, meant to run under ThreadSanitizer
+// too (scripts/run-tests.sh builds build-tsan/ and runs this suite there): many thousands of
+// parallel_for calls and GEMM-splitting ops of alternating shapes, thread counts changing
+// between 2 and 8, several user threads running ops at once. Every result is checked: each
+// range runs exactly once, and every op's output equals its one-thread reference bit for bit.
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "helpers.hpp"
+#include "xgrad/framework/parallel.hpp"
+
+using namespace xgrad;
+
+namespace {
+
+bool same_bits(const Tensor& a, const std::vector<double>& ref) {
+  const auto v = a.to_vector();
+  return v.size() == ref.size() && std::memcmp(v.data(), ref.data(), v.size() * sizeof(double)) == 0;
+}
+
+// Sanitizer builds are 5-20x slower: fewer repetitions there, same coverage of shapes.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int kScale = 1;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+constexpr int kScale = 1;
+#else
+constexpr int kScale = 5;
+#endif
+#else
+constexpr int kScale = 5;
+#endif
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(threads_stress)
+
+BOOST_AUTO_TEST_CASE(parallel_for_alternating_sizes_and_thread_counts) {
+  std::size_t calls = 0, wrong = 0;
+  for (int round = 0; round < 400 * kScale; ++round) {
+    set_num_threads(2 + round % 7);  // 2..8
+    for (std::size_t n : {2u, 3u, 5u, 64u, 1000u}) {
+      std::vector<std::atomic<int>> hits(n);
+      parallel_for(n, kMinParallelWork, [&](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i) hits[i].fetch_add(1, std::memory_order_relaxed);
+      });
+      for (std::size_t i = 0; i < n; ++i) wrong += hits[i].load() != 1;
+      ++calls;
+    }
+  }
+  set_num_threads(1);
+  BOOST_TEST(wrong == 0u);
+  BOOST_TEST_MESSAGE("parallel_for: " << calls << " calls checked");
+}
+
+BOOST_AUTO_TEST_CASE(split_gemms_of_alternating_shapes_match_one_thread) {
+  Rng rng(41);
+  // (1024, 512) x (512, 64) splits into 4 row blocks, (512, 512) x (512, 64) into 2, and
+  // (64, 512) x (512, 1024) into 4 column blocks (ops/detail.cpp's rule).
+  std::vector<std::pair<Tensor, Tensor>> cases = {{randn({1024, 512}, rng), randn({512, 64}, rng)},
+                                                  {randn({512, 512}, rng), randn({512, 64}, rng)},
+                                                  {randn({64, 512}, rng), randn({512, 1024}, rng)}};
+  std::vector<std::vector<double>> ref;
+  for (auto& [a, b] : cases) ref.push_back(matmul(a, b).to_vector());
+  std::size_t calls = 0, wrong = 0;
+  for (int round = 0; round < 100 * kScale; ++round) {
+    set_num_threads(2 + round % 7);
+    for (std::size_t c = 0; c < cases.size(); ++c) {
+      wrong += !same_bits(matmul(cases[c].first, cases[c].second), ref[c]);
+      ++calls;
+    }
+  }
+  set_num_threads(1);
+  BOOST_TEST(wrong == 0u);
+  BOOST_TEST_MESSAGE("matmul: " << calls << " split calls checked");
+}
+
+BOOST_AUTO_TEST_CASE(user_threads_running_ops_at_once) {
+  Rng rng(42);
+  Tensor a = randn({1024, 256}, rng), b = randn({256, 96}, rng), w = randn({96, 256}, rng);
+  Tensor q = randn({2, 64, 64}, rng), k = randn({2, 64, 64}, rng), v = randn({2, 64, 64}, rng);
+  AttentionMasks causal;
+  causal.is_causal = true;
+  auto work = [&] {
+    return std::vector<Tensor>{matmul(a, b), linear(a, w), attention(q, k, v, 4, causal), gelu(a), sum(a, {0})};
+  };
+  std::vector<std::vector<double>> ref;
+  for (const Tensor& t : work()) ref.push_back(t.to_vector());
+  std::atomic<std::size_t> wrong{0}, calls{0};
+  std::atomic<bool> failed_with_exception{false};
+  set_num_threads(3);
+  {
+    std::vector<std::thread> users;
+    for (int u = 0; u < 3; ++u)
+      users.emplace_back([&] {
+        try {
+          for (int round = 0; round < 40 * kScale; ++round) {
+            const auto outs = work();
+            for (std::size_t i = 0; i < outs.size(); ++i) wrong += !same_bits(outs[i], ref[i]);
+            ++calls;
+          }
+        } catch (...) {
+          failed_with_exception = true;
+        }
+      });
+    for (int round = 0; round < 20 * kScale; ++round) set_num_threads(2 + round % 3);  // while they run
+    for (auto& t : users) t.join();
+  }
+  set_num_threads(1);
+  BOOST_TEST(!failed_with_exception.load());
+  BOOST_TEST(wrong.load() == 0u);
+  BOOST_TEST_MESSAGE("user threads: " << calls.load() << " rounds of 5 ops checked");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
