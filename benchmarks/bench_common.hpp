@@ -31,7 +31,14 @@ inline int set_threads_from_env(const char* program) {
     threads = int(n);
   }
   xgrad::set_num_threads(threads);
+  xgrad::tune_allocator();  // as the examples' training loops do
+  const xgrad::RuntimeInfo info = xgrad::runtime_info();
   benchmark::AddCustomContext("xgrad_threads", std::to_string(threads));
+  benchmark::AddCustomContext("xgrad_version", info.version + " (" + info.commit + ")");
+  benchmark::AddCustomContext("cpu_model", info.cpu_model);
+  benchmark::AddCustomContext("xgrad_cpu_path", info.cpu_path);
+  benchmark::AddCustomContext("openblas_core", info.blas_core);
+  if (!info.blas_coretype_env.empty()) benchmark::AddCustomContext("openblas_coretype_env", info.blas_coretype_env);
   return threads;
 }
 
@@ -48,10 +55,9 @@ using FloatVector = std::vector<float, xgrad::AlignedAllocator<float>>;
 
 // size values from N(0, 1), reproducible from seed.
 inline FloatVector random_vector(std::size_t size, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
+  xgrad::Rng rng(seed);
   FloatVector v(size);
-  for (auto& x : v) x = dist(rng);
+  for (auto& x : v) x = float(rng.normal());
   return v;
 }
 

@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   const long steps = arg_value(argc, argv, "--steps", 50);
   const int threads = int(arg_value(argc, argv, "--threads", 1));
   xgrad::set_num_threads(threads);
+  xgrad::tune_allocator();
   const long baseline = status_kb("VmRSS");
   xgrad_bench::ReverseTrainer trainer;
   double loss = 0;

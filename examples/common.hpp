@@ -20,7 +20,7 @@ namespace examples {
 struct CommonOptions {
   long steps = 1;             // each example sets its default
   std::uint64_t seed = 0;
-  int threads = 1;
+  int threads = 0;             // 0: the library's default (XGRAD_NUM_THREADS, else one per core)
   std::string out = "out";
   bool resume = false;
   long eval_every = 100;
@@ -31,7 +31,10 @@ struct CommonOptions {
 inline void add_common_options(CLI::App& app, CommonOptions& o) {
   app.add_option("--steps", o.steps, "maximum training steps")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--seed", o.seed, "random seed (model init and data)");
-  app.add_option("--threads", o.threads, "threads for ops (GEMM blocks, attention heads)")->check(CLI::Range(1, 256));
+  app.add_option("--threads", o.threads,
+                 "threads for ops (GEMM blocks, attention heads); results do not depend on it "
+                 "[default: XGRAD_NUM_THREADS, else one per core]")
+      ->check(CLI::Range(1, 256));
   app.add_option("--out", o.out, "output directory (metrics.json, PNGs, checkpoint)");
   app.add_flag("--resume", o.resume, "continue from <out>/checkpoint.safetensors");
   app.add_option("--eval-every", o.eval_every, "steps between held-out evaluations")->check(CLI::PositiveNumber);
@@ -70,6 +73,30 @@ inline void write_json(const std::string& path, const nlohmann::json& j) {
   const std::string tmp = path + ".tmp";
   { std::ofstream(tmp) << j.dump(2) << "\n"; }
   std::filesystem::rename(tmp, path);
+}
+
+// Threads (--threads, else the library's default) and the allocator tuning for training loops.
+// XGRAD_NUM_THREADS and XGRAD_CPU_PATH are read here, so a bad value stops the program before
+// training rather than at the first op that needs it.
+inline void setup_runtime(const CommonOptions& o) {
+  if (o.threads > 0) xgrad::set_num_threads(o.threads);
+  (void)xgrad::num_threads();
+  (void)xgrad::cpu_path();
+  xgrad::tune_allocator();
+}
+
+// What ran: results may depend on the CPU (code path, OpenBLAS kernels), never on the threads.
+inline nlohmann::json runtime_json() {
+  const xgrad::RuntimeInfo r = xgrad::runtime_info();
+  return {{"xgrad_version", r.version}, {"commit", r.commit}, {"cpu_model", r.cpu_model},
+          {"cpu_path", r.cpu_path}, {"openblas_core", r.blas_core}, {"openblas_config", r.blas_config},
+          {"openblas_coretype_env", r.blas_coretype_env}, {"threads", r.num_threads}};
+}
+
+// metrics.json with the runtime section added.
+inline void write_metrics(const std::string& path, nlohmann::json j) {
+  j["runtime"] = runtime_json();
+  write_json(path, j);
 }
 
 // Runs a gnuplot script; false (with a warning) when gnuplot is missing or fails.

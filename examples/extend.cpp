@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (opt.resume) throw ValueError("--resume: extend trains for a few seconds and keeps no checkpoint");
-    set_num_threads(opt.threads);
+    examples::setup_runtime(opt);
     std::filesystem::create_directories(opt.out);
 
     // 1. Check every registered sample of the op, first and second order.
@@ -104,9 +104,10 @@ int main(int argc, char** argv) {
     }
     std::cout << "swish MLP: mse " << first_loss << " -> " << last_loss << " after " << opt.steps
               << " steps; learned beta = " << model.beta.item() << "\n";
-    examples::write_json(opt.out + "/metrics.json", {{"example", "extend"}, {"checks", checks},
+    examples::write_metrics(opt.out + "/metrics.json", {{"example", "extend"}, {"checks", checks},
                                                      {"first_loss", first_loss}, {"final_loss", last_loss},
                                                      {"beta", model.beta.item()}, {"curve", curve}});
+    std::cout << "ran on: " << runtime_summary() << "\n";
     return all_ok && last_loss < first_loss ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "extend: error: " << e.what() << "\n";

@@ -5,6 +5,8 @@
 //   3. the top Hessian eigenvalue by power iteration on Hv.
 // The model (a small causal decoder) is first trained for --steps on a toy task — predict
 // the token two positions back — then converted to float64 for the experiments.
+#include <tuple>
+
 #include "common.hpp"
 
 using namespace xgrad;
@@ -13,9 +15,8 @@ namespace {
 
 // tokens (B, T) random; targets[t] = tokens[t - 2] (ignored for t < 2).
 std::pair<Tensor, Tensor> batch(Rng& rng, std::size_t B, std::size_t T, std::int64_t V) {
-  std::uniform_int_distribution<std::int64_t> tok(0, V - 1);
   std::vector<std::int64_t> x(B * T), y(B * T, -100);
-  for (auto& v : x) v = tok(rng);
+  for (auto& v : x) v = rng.uniform_int(0, V - 1);
   for (std::size_t i = 0; i < B; ++i)
     for (std::size_t t = 2; t < T; ++t) y[i * T + t] = x[i * T + t - 2];
   return {index_tensor(x, {B, T}), index_tensor(y, {B, T})};
@@ -57,7 +58,7 @@ int main(int argc, char** argv) {
   app.add_option("--power-iterations", power_iterations, "power-iteration steps for the top eigenvalue");
   CLI11_PARSE(app, argc, argv);
   try {
-    set_num_threads(opt.threads);
+    examples::setup_runtime(opt);
     std::filesystem::create_directories(opt.out);
     const std::int64_t V = 8;
     const std::size_t T = 12;
@@ -74,7 +75,8 @@ int main(int argc, char** argv) {
       return cross_entropy(model.forward(x), y);
     };
     Rng eval_rng(opt.seed + 99);
-    auto [ex, ey] = batch(eval_rng, 256, T, V);
+    Tensor ex, ey;  // not a structured binding: C++17 lambdas cannot capture those (clang)
+    std::tie(ex, ey) = batch(eval_rng, 256, T, V);
     auto accuracy = [&] {
       NoGradGuard no_grad;
       auto lv = model.forward(ex).to_vector();
@@ -95,7 +97,8 @@ int main(int argc, char** argv) {
     model.to(DType::Float64);
     model.eval();
     Rng rng(opt.seed + 5);
-    auto [x, y] = batch(rng, 16, T, V);
+    Tensor x, y;
+    std::tie(x, y) = batch(rng, 16, T, V);
     auto params = model.parameters();
     auto names = model.named_parameters();
     auto loss_fn = [&] { return cross_entropy(model.forward(x), y); };
@@ -154,7 +157,7 @@ int main(int argc, char** argv) {
     }
     std::cout << "top Hessian eigenvalue (power iteration, " << power_iterations << " steps): " << lambda << "\n";
 
-    examples::write_json(opt.out + "/metrics.json",
+    examples::write_metrics(opt.out + "/metrics.json",
                          {{"example", "gradexp"}, {"steps", run.steps}, {"token_accuracy", run.accuracy},
                           {"layer_grad_norms", norms}, {"hvp_relative_fd_difference", rel},
                           {"top_eigenvalue", lambda}, {"power_iteration_trace", trace},
@@ -168,6 +171,7 @@ int main(int argc, char** argv) {
       s += "e\n";
       if (!examples::gnuplot(s)) return 1;
     }
+    std::cout << "ran on: " << runtime_summary() << "\n";
     return rel < 1e-4 ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "gradexp: error: " << e.what() << "\n";

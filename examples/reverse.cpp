@@ -22,16 +22,14 @@ struct Batch {
 };
 
 Batch make_batch(Rng& rng, std::size_t B) {
-  std::uniform_int_distribution<std::size_t> len(1, kMaxLen);
-  std::uniform_int_distribution<std::int64_t> digit(0, 9);
   std::vector<std::int64_t> tok(B * kMaxLen, kPad), tgt(B * kMaxLen, -100);
   std::vector<bool> pad(B * kMaxLen, true);
   Batch b;
   for (std::size_t i = 0; i < B; ++i) {
-    const std::size_t L = len(rng);
+    const auto L = std::size_t(rng.uniform_int(1, std::int64_t(kMaxLen)));
     b.lengths.push_back(L);
     for (std::size_t t = 0; t < L; ++t) {
-      tok[i * kMaxLen + t] = digit(rng);
+      tok[i * kMaxLen + t] = rng.uniform_int(0, 9);
       pad[i * kMaxLen + t] = false;
     }
     for (std::size_t t = 0; t < L; ++t) tgt[i * kMaxLen + t] = tok[i * kMaxLen + L - 1 - t];
@@ -80,7 +78,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    set_num_threads(opt.threads);
+    examples::setup_runtime(opt);
     cfg.seed = opt.seed;
     std::filesystem::create_directories(opt.out);
     const long total = opt.steps;
@@ -120,17 +118,18 @@ int main(int argc, char** argv) {
         {"example", "reverse"},
         {"config", {{"seed", opt.seed}, {"batch", batch_size}, {"lr", lr}, {"max_steps", total},
                     {"layers", cfg.num_layers}, {"embed_dim", cfg.embed_dim}, {"heads", cfg.num_heads},
-                    {"ff_hidden", cfg.ff_hidden}, {"threads", opt.threads},
+                    {"ff_hidden", cfg.ff_hidden}, {"threads", num_threads()},
                     {"parameters", model.parameter_count()}}},
         {"evaluations", run.history},
         {"final_heldout_exact_match", run.accuracy},
         {"heldout_size", heldout_size},
         {"steps", run.steps},
         {"wall_time_seconds", run.seconds}};
-    examples::write_json(opt.out + "/metrics.json", metrics);
+    examples::write_metrics(opt.out + "/metrics.json", metrics);
     std::cout << "reverse: " << run.steps << " steps, held-out exact match " << 100 * run.accuracy
               << "% on " << heldout_size << " sequences, " << run.seconds << " s; wrote " << opt.out
               << "/{metrics.json,loss.png,attention.png,checkpoint.safetensors}\n";
+    std::cout << "ran on: " << runtime_summary() << "\n";
     return plots_ok ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "reverse: error: " << e.what() << "\n";

@@ -15,12 +15,11 @@ struct Task {
   std::int64_t digits = 10; // vocabulary
   // tokens (B, 2n - 1), targets (B, 2n - 1) with -100 where nothing is predicted.
   std::pair<Tensor, Tensor> batch(Rng& rng, std::size_t B) const {
-    std::uniform_int_distribution<std::int64_t> digit(0, digits - 1);
     const std::size_t L = 2 * n - 1;
     std::vector<std::int64_t> tok(B * L), tgt(B * L, -100);
     for (std::size_t i = 0; i < B; ++i) {
       std::vector<std::int64_t> x(n);
-      for (auto& v : x) v = digit(rng);
+      for (auto& v : x) v = rng.uniform_int(0, digits - 1);
       std::vector<std::int64_t> s = x;
       std::sort(s.begin(), s.end());
       std::vector<std::int64_t> seq = x;
@@ -80,7 +79,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    set_num_threads(opt.threads);
+    examples::setup_runtime(opt);
     std::filesystem::create_directories(opt.out);
     cfg.vocab_size = std::size_t(task.digits), cfg.max_len = 2 * task.n, cfg.seed = opt.seed;
     TransformerDecoder model(cfg);
@@ -111,12 +110,12 @@ int main(int argc, char** argv) {
       plots_ok &= examples::plot_attention(opt.out + "/attention.png", model.body.attention_weights(), labels,
                                            labels, "sort: causal attention (inputs, then sorted outputs)");
     }
-    examples::write_json(opt.out + "/metrics.json",
+    examples::write_metrics(opt.out + "/metrics.json",
                          {{"example", "sort"},
                           {"config", {{"seed", opt.seed}, {"length", task.n}, {"batch", batch_size}, {"lr", lr},
                                       {"max_steps", opt.steps}, {"layers", cfg.num_layers},
                                       {"embed_dim", cfg.embed_dim}, {"heads", cfg.num_heads},
-                                      {"threads", opt.threads}, {"parameters", model.parameter_count()}}},
+                                      {"threads", num_threads()}, {"parameters", model.parameter_count()}}},
                           {"evaluations", run.history},
                           {"final_heldout_exact_match", run.accuracy},
                           {"heldout_size", heldout_size},
@@ -125,6 +124,7 @@ int main(int argc, char** argv) {
     std::cout << "sort: " << run.steps << " steps, held-out exact match (greedy) " << 100 * run.accuracy
               << "% on " << heldout_size << " sequences, " << run.seconds << " s; wrote " << opt.out
               << "/{metrics.json,loss.png,attention.png,checkpoint.safetensors}\n";
+    std::cout << "ran on: " << runtime_summary() << "\n";
     return plots_ok ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "sort: error: " << e.what() << "\n";

@@ -17,6 +17,12 @@ for name in reverse sort; do
   "$ex/$name" --steps 40 --eval-every 10 --out "$work/$name-resumed" --no-plots --resume > /dev/null 2>&1
   "$check" same "$work/$name-full/checkpoint.safetensors" "$work/$name-resumed/checkpoint.safetensors"
   "$ex/$name" --help | grep -q -- --resume
+  # The thread count never changes results: whole runs with 1, 2 and 4 threads, same bits.
+  for t in 1 2 4; do
+    "$ex/$name" --steps 40 --eval-every 10 --threads $t --out "$work/$name-t$t" --no-plots > /dev/null 2>&1
+  done
+  "$check" same "$work/$name-t1/checkpoint.safetensors" "$work/$name-t2/checkpoint.safetensors"
+  "$check" same "$work/$name-t1/checkpoint.safetensors" "$work/$name-t4/checkpoint.safetensors"
 done
 
 "$ex/extend" --steps 50 --out "$work/extend"

@@ -108,6 +108,10 @@ expect_fail "reverse: --resume, sort's checkpoint"       'checkpoint\.safetensor
 expect_fail "reverse: --resume, different --dim"         'checkpoint\.safetensors' -- "$ex/reverse" --resume --dim 32 --no-plots --out "$work/fixture/reverse"
 expect_fail "reverse: --resume, checkpoint is a directory" 'checkpoint\.safetensors' -- "$ex/reverse" --resume --no-plots --out "$work/ckdir"
 expect_fail "reverse: --resume, metadata without history" 'history'               -- "$ex/reverse" --resume --no-plots --out "$work/no_history"
+# Bad runtime settings from the environment: an error before training, never SIGILL.
+expect_fail "reverse: XGRAD_CPU_PATH=avx1024"             'XGRAD_CPU_PATH'  -- env XGRAD_CPU_PATH=avx1024 "$ex/reverse" --steps 5 --no-plots --out "$work/bad_path"
+expect_fail "sort: XGRAD_NUM_THREADS=two"                 'XGRAD_NUM_THREADS' -- env XGRAD_NUM_THREADS=two "$ex/sort" --steps 5 --no-plots --out "$work/bad_threads"
+expect_fail "reverse: XGRAD_NUM_THREADS=0"                'XGRAD_NUM_THREADS' -- env XGRAD_NUM_THREADS=0 "$ex/reverse" --steps 5 --no-plots --out "$work/bad_threads0"
 
 echo "bad_cli: $cases cases, $((cases - failed)) ok, $failed failed"
 [ "$failed" -eq 0 ]
