@@ -16,7 +16,7 @@ namespace xgrad {
 // another parallel_for, when the pool is busy with another user thread's call, or when the
 // work is too small to pay for waking a thread: n * cost_per_item < kMinParallelWork (cost in
 // multiply-adds or comparable simple operations). Idle workers sleep (no spinning).
-constexpr std::size_t kMinParallelWork = std::size_t(1) << 20;
+constexpr std::size_t kMinParallelWork = std::size_t(1) << 17;
 void parallel_for(std::size_t n, std::size_t cost_per_item,
                   const std::function<void(std::size_t begin, std::size_t end)>& body);
 
