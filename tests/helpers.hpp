@@ -66,6 +66,34 @@ inline std::vector<double> round32(const std::vector<double>& v) {
   for (std::size_t i = 0; i < v.size(); ++i) r[i] = double(float(v[i]));
   return r;
 }
+// Float32 matmul against a float64 reference, with the tolerance derived from the arithmetic
+// instead of tuned: for inputs that are exact in float32, each element of C = A B computed in
+// float32 (any summation order, FMA or not) satisfies |c - c_exact| <= gamma_K * sum_k |a_ik b_kj|
+// with gamma_K = K u / (1 - K u), u = 2^-24 (Higham, Accuracy and Stability, 3.1), plus one
+// rounding of the result (u |c_exact|). Inputs are (n, k) and (k, m) row-major float64 values
+// already rounded to float32; y is the float32 result.
+inline boost::test_tools::predicate_result gemm_f32_within_bound(const Tensor& y, const std::vector<double>& A,
+                                                                 const std::vector<double>& B, std::size_t n,
+                                                                 std::size_t k, std::size_t m) {
+  const double u = std::ldexp(1.0, -24), gamma = double(k) * u / (1 - double(k) * u);
+  const auto v = y.to_vector();
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < m; ++j) {
+      double exact = 0, abs_sum = 0;
+      for (std::size_t q = 0; q < k; ++q) {
+        exact += A[i * k + q] * B[q * m + j];
+        abs_sum += std::abs(A[i * k + q] * B[q * m + j]);
+      }
+      const double bound = gamma * abs_sum + u * std::abs(exact), err = std::abs(v[i * m + j] - exact);
+      if (!(err <= bound)) {
+        boost::test_tools::predicate_result r(false);
+        r.message() << "element (" << i << ", " << j << "): " << v[i * m + j] << " vs " << exact << ", error "
+                    << err << " > bound " << bound << " (K " << k << ")";
+        return r;
+      }
+    }
+  return true;
+}
 // Runs f with n op threads, then back to the suite's 1 (also when f throws).
 template <class F> void with_threads(int n, F&& f) {
   set_num_threads(n);

@@ -1,6 +1,7 @@
 // Forward values of every public op against independently derived numbers (hand-computed
 // small cases, or plain loops over std:: math -- never other xgrad ops), in float64 and
 // float32, with broadcasting; plus a few hand-derived gradients.
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -692,9 +693,25 @@ BOOST_AUTO_TEST_CASE(matmul_2d_every_transpose_flag) {
         BOOST_TEST(allclose(y, expected, 1e-12, 1e-13));
         Tensor y32 = matmul(a.to(DType::Float32), b.to(DType::Float32), ta, tb);
         BOOST_TEST(y32.dtype() == DType::Float32);
-        BOOST_TEST(allclose(y32, expected, 1e-5, 1e-5));
+        BOOST_TEST(test::gemm_f32_within_bound(y32, round32(A), round32(B), n, k, m));
       }
     }
+}
+
+// Float32 GEMMs of every kernel shape class (tails, long K, split into blocks) within the
+// bound derived from the arithmetic, whatever OpenBLAS kernel or thread count runs them.
+BOOST_AUTO_TEST_CASE(matmul_float32_within_the_derived_error_bound) {
+  for (auto [n, k, m] : {std::array<std::size_t, 3>{1, 1, 1}, std::array<std::size_t, 3>{7, 33, 5},
+                         std::array<std::size_t, 3>{64, 4096, 48}, std::array<std::size_t, 3>{1100, 128, 256}}) {
+    Vec A = round32(vals(n * k, 93)), B = round32(vals(k * m, 94));
+    for (int threads : {1, 3})
+      test::with_threads(threads, [&] {
+        Tensor y = matmul(f32(A, {n, k}), f32(B, {k, m}));
+        BOOST_TEST_CONTEXT("(" << n << ", " << k << ") x (" << k << ", " << m << "), threads " << threads) {
+          BOOST_TEST(test::gemm_f32_within_bound(y, A, B, n, k, m));
+        }
+      });
+  }
 }
 
 BOOST_AUTO_TEST_CASE(matmul_batched_and_broadcast_batch) {
