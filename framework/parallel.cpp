@@ -1,10 +1,11 @@
 // A persistent pool of workers for parallel_for. One call is a Job on the caller's stack: its
 // range is cut into chunks that the caller and the woken workers claim with one atomic
 // counter, so a chunk runs exactly once whoever gets it, and a worker that is late (asleep, or
-// sharing its core with another process) simply claims fewer. Everything else the threads
-// share (the current job, its count of active workers, its error) is guarded by one mutex.
-// A worker that has just finished polls for the next job for about kPollYields sched_yield()s
-// (tens of microseconds) before it sleeps on a condition variable: an op sequence (GEMM,
+// sharing its core with another process) simply claims fewer. The current job and its error are
+// guarded by one mutex; a job's count of active workers changes under it and is polled
+// without it. A worker that has just finished polls for the next job (and a caller that has
+// run out of chunks, for the workers still busy) for at most kPollYields sched_yield()s
+// (tens of microseconds) before sleeping on a condition variable: an op sequence (GEMM,
 // attention, GEMM, ...) then hands work over without the 30-50 us of a futex wake-up, while a
 // core another process wants is handed over at every poll (yield, not a pause loop), so an
 // oversubscribed machine loses nothing to it.

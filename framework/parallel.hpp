@@ -15,7 +15,8 @@ namespace xgrad {
 // Runs body(0, n) inline when one thread is configured, n < 2, when called from inside
 // another parallel_for, when the pool is busy with another user thread's call, or when the
 // work is too small to pay for waking a thread: n * cost_per_item < kMinParallelWork (cost in
-// multiply-adds or comparable simple operations). Idle workers sleep (no spinning).
+// multiply-adds or comparable simple operations). Idle workers poll briefly with sched_yield
+// (which hands the core to any other thread that wants it), then sleep: no busy spinning.
 constexpr std::size_t kMinParallelWork = std::size_t(1) << 17;
 void parallel_for(std::size_t n, std::size_t cost_per_item,
                   const std::function<void(std::size_t begin, std::size_t end)>& body);
