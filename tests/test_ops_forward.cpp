@@ -701,8 +701,9 @@ BOOST_AUTO_TEST_CASE(matmul_2d_every_transpose_flag) {
 // Float32 GEMMs of every kernel shape class (tails, long K, split into blocks) within the
 // bound derived from the arithmetic, whatever OpenBLAS kernel or thread count runs them.
 BOOST_AUTO_TEST_CASE(matmul_float32_within_the_derived_error_bound) {
-  for (auto [n, k, m] : {std::array<std::size_t, 3>{1, 1, 1}, std::array<std::size_t, 3>{7, 33, 5},
-                         std::array<std::size_t, 3>{64, 4096, 48}, std::array<std::size_t, 3>{1100, 128, 256}}) {
+  for (const auto& nkm : {std::array<std::size_t, 3>{1, 1, 1}, std::array<std::size_t, 3>{7, 33, 5},
+                          std::array<std::size_t, 3>{64, 4096, 48}, std::array<std::size_t, 3>{1100, 128, 256}}) {
+    const std::size_t n = nkm[0], k = nkm[1], m = nkm[2];  // not a structured binding: lambdas capture these
     Vec A = round32(vals(n * k, 93)), B = round32(vals(k * m, 94));
     for (int threads : {1, 3})
       test::with_threads(threads, [&] {
