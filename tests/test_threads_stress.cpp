@@ -32,14 +32,22 @@ constexpr int kScale = 5;
 constexpr int kScale = 5;
 #endif
 
+// f() once per round, the thread count cycling through 2..8; back to the suite's 1 after.
+template <class F> void with_cycling_thread_counts(int rounds, F&& f) {
+  for (int round = 0; round < rounds; ++round) {
+    set_num_threads(2 + round % 7);
+    f();
+  }
+  set_num_threads(1);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(threads_stress)
 
 BOOST_AUTO_TEST_CASE(parallel_for_alternating_sizes_and_thread_counts) {
   std::size_t calls = 0, wrong = 0;
-  for (int round = 0; round < 400 * kScale; ++round) {
-    set_num_threads(2 + round % 7);  // 2..8
+  with_cycling_thread_counts(400 * kScale, [&] {
     for (std::size_t n : {2u, 3u, 5u, 64u, 1000u}) {
       std::vector<std::atomic<int>> hits(n);
       parallel_for(n, kMinParallelWork, [&](std::size_t b, std::size_t e) {
@@ -48,8 +56,7 @@ BOOST_AUTO_TEST_CASE(parallel_for_alternating_sizes_and_thread_counts) {
       for (std::size_t i = 0; i < n; ++i) wrong += hits[i].load() != 1;
       ++calls;
     }
-  }
-  set_num_threads(1);
+  });
   BOOST_TEST(wrong == 0u);
   BOOST_TEST_MESSAGE("parallel_for: " << calls << " calls checked");
 }
@@ -64,14 +71,12 @@ BOOST_AUTO_TEST_CASE(split_gemms_of_alternating_shapes_match_one_thread) {
   std::vector<std::vector<double>> ref;
   for (auto& [a, b] : cases) ref.push_back(matmul(a, b).to_vector());
   std::size_t calls = 0, wrong = 0;
-  for (int round = 0; round < 100 * kScale; ++round) {
-    set_num_threads(2 + round % 7);
+  with_cycling_thread_counts(100 * kScale, [&] {
     for (std::size_t c = 0; c < cases.size(); ++c) {
       wrong += !same_bits(matmul(cases[c].first, cases[c].second), ref[c]);
       ++calls;
     }
-  }
-  set_num_threads(1);
+  });
   BOOST_TEST(wrong == 0u);
   BOOST_TEST_MESSAGE("matmul: " << calls << " split calls checked");
 }
