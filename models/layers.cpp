@@ -23,11 +23,15 @@ Embedding::Embedding(std::size_t num, std::size_t dim, Rng& rng) {
 }
 Tensor Embedding::forward(const Tensor& indices) const { return embedding(weight, indices); }
 
-LayerNorm::LayerNorm(std::size_t dim, double eps_) : eps(eps_) {
-  weight = ones({dim});
-  bias = zeros({dim});
+LayerNorm::LayerNorm(std::size_t dim, double eps_) : LayerNorm(LayerNormOptions(dim).eps(eps_)) {}
+
+LayerNorm::LayerNorm(const LayerNormOptions& o) : eps(o.eps()) {
+  weight = ones({o.dim()});
   register_parameter("weight", &weight);
-  register_parameter("bias", &bias);
+  if (o.bias()) {
+    bias = zeros({o.dim()});
+    register_parameter("bias", &bias);
+  }
 }
 Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
 
@@ -45,8 +49,8 @@ Dropout::Dropout(double p_, std::uint64_t seed) : p(p_), rng_(seed) {
 }
 Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, training(), rng_); }
 
-FeedForward::FeedForward(std::size_t dim, std::size_t hidden, double p, Rng& rng)
-    : fc1(dim, hidden, true, rng), fc2(hidden, dim, true, rng), drop(p, rng()) {
+FeedForward::FeedForward(const FeedForwardOptions& o, Rng& rng)
+    : fc1(o.dim(), o.hidden(), o.bias(), rng), fc2(o.hidden(), o.dim(), o.bias(), rng), drop(o.dropout(), rng()) {
   register_module("fc1", &fc1);
   register_module("fc2", &fc2);
   register_module("drop", &drop);
