@@ -70,24 +70,29 @@ class FeedForwardOptions {
   FeedForwardOptions(std::size_t dim, std::size_t hidden) : dim_(dim), hidden_(hidden) {}
   FeedForwardOptions& dropout(double p) { dropout_ = p; return *this; }
   FeedForwardOptions& bias(bool b) { bias_ = b; return *this; }  // fc1.bias, fc2.bias
+  // true: GELU's tanh approximation (GPT-2; torch's gelu(approximate='tanh')), else exact (erf)
+  FeedForwardOptions& gelu_approximate_tanh(bool b) { gelu_tanh_ = b; return *this; }
   std::size_t dim() const { return dim_; }
   std::size_t hidden() const { return hidden_; }
   double dropout() const { return dropout_; }
   bool bias() const { return bias_; }
+  bool gelu_approximate_tanh() const { return gelu_tanh_; }
 
  private:
   std::size_t dim_, hidden_;
   double dropout_ = 0.0;
-  bool bias_ = true;
+  bool bias_ = true, gelu_tanh_ = false;
 };
 
-// Linear(dim, hidden) -> GELU (exact, erf) -> Linear(hidden, dim) -> Dropout.
+// Linear(dim, hidden) -> GELU -> Linear(hidden, dim) -> Dropout. GELU exact: x Phi(x);
+// tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 class FeedForward : public Module {
  public:
   FeedForward(const FeedForwardOptions& options, Rng& rng);
   Tensor forward(const Tensor& x);
   Linear fc1, fc2;
   Dropout drop;
+  bool gelu_approximate_tanh;
 };
 
 // Adds a learned position embedding (max_len, dim) ~ N(0, 1) to x (B, T, dim).

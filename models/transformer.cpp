@@ -9,7 +9,11 @@ TransformerBlock::TransformerBlock(const TransformerBlockOptions& o, Rng& rng)
       attn(MultiHeadAttentionOptions(o.embed_dim(), o.num_heads()).dropout(o.dropout()).bias(o.bias()), rng),
       drop(o.dropout(), rng()),
       ln2(LayerNormOptions(o.embed_dim()).bias(o.bias())),
-      ff(FeedForwardOptions(o.embed_dim(), o.ff_hidden()).dropout(o.dropout()).bias(o.bias()), rng) {
+      ff(FeedForwardOptions(o.embed_dim(), o.ff_hidden())
+             .dropout(o.dropout())
+             .bias(o.bias())
+             .gelu_approximate_tanh(o.gelu_approximate_tanh()),
+         rng) {
   register_module("ln1", &ln1);
   register_module("attn", &attn);
   register_module("drop", &drop);
@@ -37,7 +41,11 @@ TransformerBody::TransformerBody(const TransformerConfig& c)
   register_module("emb_drop", &emb_drop);
   for (std::size_t i = 0; i < c.num_layers; ++i) {
     blocks.push_back(std::make_unique<TransformerBlock>(
-        TransformerBlockOptions(c.embed_dim, c.num_heads, c.ff_hidden).dropout(c.dropout).bias(c.bias), rng));
+        TransformerBlockOptions(c.embed_dim, c.num_heads, c.ff_hidden)
+            .dropout(c.dropout)
+            .bias(c.bias)
+            .gelu_approximate_tanh(c.gelu_approximate_tanh),
+        rng));
     register_module("blocks." + std::to_string(i), blocks.back().get());
   }
   register_module("ln_f", &ln_f);

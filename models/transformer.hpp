@@ -15,16 +15,18 @@ class TransformerBlockOptions {
   TransformerBlockOptions& dropout(double p) { dropout_ = p; return *this; }
   // false: no bias parameter anywhere (LayerNorms keep their weight; GPT-2 / nanoGPT bias=False)
   TransformerBlockOptions& bias(bool b) { bias_ = b; return *this; }
+  TransformerBlockOptions& gelu_approximate_tanh(bool b) { gelu_tanh_ = b; return *this; }  // FeedForward's GELU
   std::size_t embed_dim() const { return embed_dim_; }
   std::size_t num_heads() const { return num_heads_; }
   std::size_t ff_hidden() const { return ff_hidden_; }
   double dropout() const { return dropout_; }
   bool bias() const { return bias_; }
+  bool gelu_approximate_tanh() const { return gelu_tanh_; }
 
  private:
   std::size_t embed_dim_, num_heads_, ff_hidden_;
   double dropout_ = 0.0;
-  bool bias_ = true;
+  bool bias_ = true, gelu_tanh_ = false;
 };
 
 // x = x + Dropout(MHA(LN1(x)));  x = x + FF(LN2(x))
@@ -55,6 +57,7 @@ struct TransformerConfig {
   bool tied_output = false;  // decoder only: logits use the token embedding matrix
   std::uint64_t seed = 0;
   bool bias = true;  // false: no bias parameter in any block, ln_f or the head (GPT-2 style)
+  bool gelu_approximate_tanh = false;  // true: GELU's tanh approximation in every block (GPT-2)
 };
 
 // Shared body: token embedding + positions + blocks + final LayerNorm.

@@ -43,7 +43,8 @@ namespace {
 const std::string kApiDir = std::string(XGRAD_FIXTURE_DIR) + "/mha_api";
 const char* const kApiFixtures[] = {"unbatched_self", "unbatched_cross", "unbatched_self_causal", "bias_kv",
                                     "zero_attn", "bias_kv_zero_attn", "bias_kv_zero_attn_causal", "float_kpm",
-                                    "float_kpm_self", "unbatched_float_kpm_bias_kv_zero_attn", "block_no_bias"};
+                                    "float_kpm_self", "unbatched_float_kpm_bias_kv_zero_attn", "block_no_bias",
+                                    "block_no_bias_gelu_tanh"};
 
 // As tests/test_golden.cpp: |x_i - t_i| <= kAtol + kNorm * max_j |t_j| + kRtol * |t_i|.
 constexpr double kRtol = 1e-5;
@@ -447,14 +448,18 @@ BOOST_AUTO_TEST_CASE(golden_float_kpm_self) { run_mha("float_kpm_self"); }
 BOOST_AUTO_TEST_CASE(golden_unbatched_float_kpm_bias_kv_zero_attn) { run_mha("unbatched_float_kpm_bias_kv_zero_attn"); }
 
 // A pre-LN block without any bias (nn.LayerNorm(bias=False) written as nanoGPT's LayerNorm
-// for torch 1.13), causal.
-BOOST_AUTO_TEST_CASE(golden_block_no_bias) {
-  Fixture g("block_no_bias");
+// for torch 1.13), causal; GELU exact or tanh-approximate (GPT-2).
+void run_block_no_bias(const std::string& fixture) {
+  Fixture g(fixture);
   BOOST_TEST_REQUIRE(g.str("kind") == "transformer_block");
   BOOST_TEST_REQUIRE(g.integer("bias") == 0);
+  const std::string gelu = g.str("gelu_approximate");
+  BOOST_TEST_REQUIRE((gelu == "none" || gelu == "tanh"));
   Rng rng(0);
-  TransformerBlock block(
-      TransformerBlockOptions(g.integer("embed_dim"), g.integer("num_heads"), g.integer("ff_hidden")).bias(false), rng);
+  TransformerBlock block(TransformerBlockOptions(g.integer("embed_dim"), g.integer("num_heads"), g.integer("ff_hidden"))
+                             .bias(false)
+                             .gelu_approximate_tanh(gelu == "tanh"),
+                         rng);
   const NamedTensors torch_params = g.params();
   BOOST_TEST((names_of(block.named_parameters()) == names_of(torch_params)));
   block.load_parameters(torch_params);
@@ -471,6 +476,8 @@ BOOST_AUTO_TEST_CASE(golden_block_no_bias) {
   compare_grads(g, out, inputs, block.named_parameters());
   g.check_all_used();
 }
+BOOST_AUTO_TEST_CASE(golden_block_no_bias) { run_block_no_bias("block_no_bias"); }
+BOOST_AUTO_TEST_CASE(golden_block_no_bias_gelu_tanh) { run_block_no_bias("block_no_bias_gelu_tanh"); }
 
 BOOST_AUTO_TEST_CASE(every_api_fixture_is_tested) {
   std::set<std::string> tested(std::begin(kApiFixtures), std::end(kApiFixtures)), found;
@@ -518,6 +525,19 @@ BOOST_AUTO_TEST_CASE(block_without_bias_gradcheck) {
 }
 
 // --- gradients: first and second order, float64, tiny configurations ---------------------
+
+BOOST_AUTO_TEST_CASE(feed_forward_gelu_tanh_gradcheck_and_gradgradcheck) {
+  Rng rng(11);
+  FeedForward ff(FeedForwardOptions(3, 5).gelu_approximate_tanh(true), rng);
+  ff.to(DType::Float64);
+  Tensor x = sample_randn({2, 3}, rng);
+  auto f = with_params(ff, 1, [&](const auto& in) { return ff.forward(in[0]); });
+  const auto all = inputs_and_params({x}, ff);
+  auto r1 = gradcheck(f, all, opts("FeedForward gelu tanh"));
+  BOOST_TEST(r1.ok, r1.message);
+  auto r2 = gradgradcheck(f, all, opts("FeedForward gelu tanh"));
+  BOOST_TEST(r2.ok, r2.message);
+}
 
 struct ApiCase {
   std::string name;

@@ -429,8 +429,9 @@ class BlockNoBias(nn.Module):
     """Block without any bias parameter (GPT-2 / nanoGPT bias=False): names as xgrad's
     TransformerBlock(TransformerBlockOptions(E, H, hidden).bias(false))."""
 
-    def __init__(self, E, H, hidden):
+    def __init__(self, E, H, hidden, gelu="none"):
         super().__init__()
+        self.gelu = gelu
         self.ln1 = LayerNormNoBias(E)
         self.attn = nn.MultiheadAttention(E, H, dropout=0.0, bias=False, batch_first=True)
         self.ln2 = LayerNormNoBias(E)
@@ -443,12 +444,12 @@ class BlockNoBias(nn.Module):
         a, w = self.attn(h, h, h, attn_mask=attn_mask, need_weights=True,
                          average_attn_weights=False)
         x = x + a
-        return x + self.ff.fc2(F.gelu(self.ff.fc1(self.ln2(x)))), w
+        return x + self.ff.fc2(F.gelu(self.ff.fc1(self.ln2(x)), approximate=self.gelu)), w
 
 
-def block_nobias_fixture(name, seed, B=2, T=4, E=8, H=2, hidden=16):
+def block_nobias_fixture(name, seed, B=2, T=4, E=8, H=2, hidden=16, gelu="none"):
     torch.manual_seed(seed)
-    block = BlockNoBias(E, H, hidden)
+    block = BlockNoBias(E, H, hidden, gelu)
     randomize_(block)
     x = torch.randn(B, T, E, requires_grad=True)
     attn_mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
@@ -460,7 +461,7 @@ def block_nobias_fixture(name, seed, B=2, T=4, E=8, H=2, hidden=16):
     tensors += [("upstream", upstream), ("output", out), ("weights", w)]
     tensors += grads_of(loss, [("x", x)], block)
     meta = {"kind": "transformer_block", "embed_dim": E, "num_heads": H, "ff_hidden": hidden,
-            "is_causal": 1, "bias": 0}
+            "is_causal": 1, "bias": 0, "gelu_approximate": gelu}
     return name, tensors, meta
 
 
@@ -483,6 +484,7 @@ def mha_api_fixtures():
         mha_api_fixture("unbatched_float_kpm_bias_kv_zero_attn", 30, unbatched=True, T=3, S=4,
                         add_bias_kv=True, add_zero_attn=True, kpm="float"),
         block_nobias_fixture("block_no_bias", 31),
+        block_nobias_fixture("block_no_bias_gelu_tanh", 32, gelu="tanh"),
     ]
 
 
