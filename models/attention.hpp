@@ -43,9 +43,10 @@ struct AttentionOptions {
   Tensor key_padding_mask;
   bool is_causal = false;
   // Also return the attention weights. Default false, unlike PyTorch's need_weights=True:
-  // the weights cost O(B*H*T*S) memory and force the composed (unfused) attention, about
-  // twice the time of the fused kernel. Set need_weights = true (and average_attn_weights
-  // as wanted) for PyTorch's default behaviour.
+  // returned weights keep an extra O(B*H*T*S) tensor (and its graph) alive and force the
+  // composed attention (attention_reference) instead of the fused kernel. Set
+  // need_weights = true (average_attn_weights = true is PyTorch's default too) for
+  // PyTorch's default behaviour; the output is the same either way.
   bool need_weights = false;
   bool average_attn_weights = true;    // weights (B, T, S) averaged over heads, else (B, H, T, S)
 };
