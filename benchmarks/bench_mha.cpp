@@ -71,7 +71,7 @@ void set_flops(benchmark::State& state, double flops_per_iter) {
 
 void BM_mha(benchmark::State& state, MhaConfig c) {
   xgrad::Rng rng(0);
-  xgrad::MultiHeadAttention mha(c.E, c.H, /*bias=*/true, /*dropout=*/0.0, rng);
+  xgrad::MultiHeadAttention mha(xgrad::MultiHeadAttentionOptions(c.E, c.H), rng);
   xgrad::Tensor x = xgrad::randn({c.B, c.T, c.E}, rng).set_requires_grad();
   xgrad::Tensor upstream = xgrad::randn({c.B, c.T, c.E}, rng);
   xgrad::AttentionOptions opt;

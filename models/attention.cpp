@@ -1,7 +1,10 @@
 // Multi-head attention: projections, the attention op (ops/attention.hpp), out_proj.
 //   q = query W_q^T + b_q (B,T,E);  k, v likewise (B,S,E)     (self-attention: one GEMM, packed)
-//   per head: p = softmax(q_h k_h^T / sqrt(D) [+ float mask], bool masks)  (B,H,T,S)
+//   [add_bias_kv]   k = [k; bias_k], v = [v; bias_v]           (B,S+1,E)
+//   [add_zero_attn] k = [k; 0], v = [v; 0]                     (B,S'+1,E)
+//   per head: p = softmax(q_h k_h^T / sqrt(D) [+ float mask], bool masks)  (B,H,T,S')
 //   out = out_proj(concat_h(p v_h)) (B,T,E)
+// Unbatched input runs as B = 1 and drops that axis from the results.
 #include <cmath>
 
 #include "xgrad/models/attention.hpp"
@@ -19,17 +22,52 @@ std::string shapes_of(const Tensor& q, const Tensor& k, const Tensor& v) {
          shape_str(v.shape());
 }
 
+// m (..., S) bool -> (..., S + n) with n not-masked (false) columns appended.
+Tensor pad_bool_keys(const Tensor& m, std::size_t n) {
+  const Shape& s = m.shape();
+  const std::size_t S = s.back(), rows = S ? m.numel() / S : 0;
+  const std::vector<double> v = m.to_vector();
+  std::vector<bool> out;
+  out.reserve(rows * (S + n));
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t j = 0; j < S; ++j) out.push_back(v[r * S + j] != 0);
+    out.insert(out.end(), n, false);
+  }
+  Shape padded = s;
+  padded.back() += n;
+  return bool_tensor(out, padded);
+}
+
+// The masks for n keys appended after the S keys (add_bias_kv / add_zero_attn): every added
+// key is visible to every query, so is_causal becomes an explicit (T, S) mask first.
+AttentionMasks pad_keys(AttentionMasks m, std::size_t n, std::size_t T, std::size_t S) {
+  if (m.is_causal) {
+    const Tensor causal = causal_mask(T, S);
+    m.mask = m.mask.defined() ? logical_or(m.mask, causal) : causal;
+    m.is_causal = false;
+  }
+  if (m.mask.defined()) m.mask = pad_bool_keys(m.mask, n);
+  if (m.key_padding_mask.defined()) m.key_padding_mask = pad_bool_keys(m.key_padding_mask, n);
+  if (m.float_mask.defined()) {
+    Shape zs = m.float_mask.shape();
+    zs.back() = n;
+    m.float_mask = concat({m.float_mask, zeros(zs, m.float_mask.dtype())}, -1);
+  }
+  return m;
+}
+
 }  // namespace
 
-MultiHeadAttention::MultiHeadAttention(std::size_t E, std::size_t H, bool bias, double dropout,
-                                       Rng& rng, std::size_t kd, std::size_t vd)
-    : embed_dim(E),
-      num_heads(H),
-      head_dim(H ? E / H : 0),
-      kdim(kd ? kd : E),
-      vdim(vd ? vd : E),
-      out_proj(E, E, bias, rng),
-      attn_drop(dropout, rng()) {
+MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o, Rng& rng)
+    : options(o),
+      embed_dim(o.embed_dim()),
+      num_heads(o.num_heads()),
+      head_dim(o.num_heads() ? o.embed_dim() / o.num_heads() : 0),
+      kdim(o.kdim()),
+      vdim(o.vdim()),
+      out_proj(o.embed_dim(), o.embed_dim(), o.bias(), rng),
+      attn_drop(o.dropout(), rng()) {
+  const std::size_t E = embed_dim, H = num_heads;
   if (H == 0 || E % H != 0)
     throw ValueError("MultiHeadAttention: embed_dim " + std::to_string(E) +
                      " must be divisible by num_heads " + std::to_string(H));
@@ -45,11 +83,21 @@ MultiHeadAttention::MultiHeadAttention(std::size_t E, std::size_t H, bool bias, 
     register_parameter("k_proj_weight", &k_proj_weight);
     register_parameter("v_proj_weight", &v_proj_weight);
   }
-  if (bias) {
+  if (o.bias()) {
     in_proj_bias = zeros({3 * E});
     register_parameter("in_proj_bias", &in_proj_bias);
     out_proj.bias = zeros({E});
     out_proj.bias.set_requires_grad(true);
+  }
+  if (o.add_bias_kv()) {  // xavier_normal_ on (1, 1, E): fan_in = fan_out = E, std = sqrt(2 / 2E)
+    const double sd = std::sqrt(1.0 / double(std::max<std::size_t>(E, 1)));
+    for (Tensor* t : {&bias_k, &bias_v}) {
+      std::vector<double> v(E);
+      for (auto& x : v) x = sd * rng.normal();
+      *t = tensor(v, {1, 1, E});
+    }
+    register_parameter("bias_k", &bias_k);
+    register_parameter("bias_v", &bias_v);
   }
   register_module("out_proj", &out_proj);
   register_module("attn_drop", &attn_drop);
@@ -61,71 +109,44 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& query, const Tensor& k
   check_float(op, "query", query);
   check_float(op, "key", key);
   check_float(op, "value", value);
-  if (query.dim() != 3 || key.dim() != 3 || value.dim() != 3)
-    throw ShapeError(std::string(op) + ": inputs must be batch-first (B, L, E); got " +
-                     shapes_of(query, key, value));
+  const bool unbatched = query.dim() == 2;
+  if (!(query.dim() == 3 && key.dim() == 3 && value.dim() == 3) &&
+      !(unbatched && key.dim() == 2 && value.dim() == 2))
+    throw ShapeError(std::string(op) + ": inputs must be all batch-first (B, L, features) or all unbatched "
+                     "(L, features); got " + shapes_of(query, key, value));
   const DType dt = out_proj.weight.dtype();
   for (auto [arg, t] : {std::pair<const char*, const Tensor*>{"query", &query}, {"key", &key}, {"value", &value}})
     if (t->dtype() != dt)
       throw DTypeError(std::string(op) + ": argument '" + arg + "' " + shape_str(t->shape()) + " is " +
                        dtype_name(t->dtype()) + " but the parameters are " + dtype_name(dt) +
                        " (convert the input, or the module with to())");
-  const std::size_t B = query.shape()[0], T = query.shape()[1], S = key.shape()[1];
+  const std::size_t ax = unbatched ? 0 : 1;  // sequence axis
+  const std::size_t B = unbatched ? 1 : query.shape()[0], T = query.shape()[ax], S = key.shape()[ax];
   const std::size_t E = embed_dim, H = num_heads;
-  if (query.shape()[2] != E || key.shape()[2] != kdim || value.shape()[2] != vdim ||
-      key.shape()[0] != B || value.shape()[0] != B || value.shape()[1] != S)
-    throw ShapeError(std::string(op) + ": expected query (B, T, " + std::to_string(E) +
-                     "), key (B, S, " + std::to_string(kdim) + "), value (B, S, " +
-                     std::to_string(vdim) + "); got " + shapes_of(query, key, value));
+  const bool shapes_ok = query.shape()[ax + 1] == E && key.shape()[ax + 1] == kdim &&
+                         value.shape()[ax + 1] == vdim && value.shape()[ax] == S &&
+                         (unbatched || (key.shape()[0] == B && value.shape()[0] == B));
+  if (!shapes_ok)
+    throw ShapeError(std::string(op) + ": expected query " + (unbatched ? "(T, " : "(B, T, ") + std::to_string(E) +
+                     "), key " + (unbatched ? "(S, " : "(B, S, ") + std::to_string(kdim) + "), value " +
+                     (unbatched ? "(S, " : "(B, S, ") + std::to_string(vdim) + "); got " + shapes_of(query, key, value));
+  AttentionMasks masks =
+      attention_masks(op, opt.attn_mask, opt.key_padding_mask, opt.is_causal, {B, H, T, S}, dt, unbatched);
 
-  // Masks: validated here for MultiHeadAttention's own message, applied inside the op.
-  AttentionMasks masks;
-  masks.is_causal = opt.is_causal;
-  const Shape full{B, H, T, S};
-  if (opt.attn_mask.defined()) {
-    Tensor m = opt.attn_mask;
-    if (m.dim() == 3 && m.shape() == Shape{B * H, T, S}) m = reshape(m, full);  // PyTorch's 3-D form
-    const bool fits = m.dim() >= 2 && m.dim() <= 4 && m.shape()[m.dim() - 2] == T &&
-                      m.shape()[m.dim() - 1] == S &&
-                      [&] {
-                        for (std::size_t d = 0; d + 2 < m.dim(); ++d)
-                          if (m.shape()[d] != 1 && m.shape()[d] != full[4 - m.dim() + d]) return false;
-                        return true;
-                      }();
-    if (!fits)
-      throw ShapeError(std::string(op) + ": argument 'attn_mask' " + shape_str(opt.attn_mask.shape()) +
-                       " must be (T, S) = (" + std::to_string(T) + ", " + std::to_string(S) +
-                       "), (B*H, T, S) or broadcastable to (B, H, T, S) = " + shape_str(full));
-    if (m.dtype() == DType::Bool) {
-      masks.mask = m;
-    } else if (is_float(m.dtype())) {
-      if (m.dtype() != dt)
-        throw DTypeError(std::string(op) + ": float 'attn_mask' is " + dtype_name(m.dtype()) +
-                         " but the inputs are " + dtype_name(dt));
-      masks.float_mask = m;
-    } else {
-      throw DTypeError(std::string(op) + ": 'attn_mask' must be bool or float, got " +
-                       dtype_name(m.dtype()));
-    }
-  }
-  if (opt.key_padding_mask.defined()) {
-    const Tensor& m = opt.key_padding_mask;
-    if (m.dtype() != DType::Bool)
-      throw DTypeError(std::string(op) + ": 'key_padding_mask' must be bool (true = padding), got " +
-                       dtype_name(m.dtype()));
-    if (m.shape() != Shape{B, S})
-      throw ShapeError(std::string(op) + ": argument 'key_padding_mask' " + shape_str(m.shape()) +
-                       " must be (B, S) = (" + std::to_string(B) + ", " + std::to_string(S) + ")");
-    masks.key_padding_mask = m;
-  }
+  // Everything is validated: from here on nothing throws for the caller's arguments.
+  const bool self = query.impl() == key.impl() && key.impl() == value.impl();
+  const Tensor q_in = unbatched ? reshape(query, {1, T, E}) : query;
+  const Tensor k_in = self ? q_in : unbatched ? reshape(key, {1, S, kdim}) : key;
+  const Tensor v_in = self ? q_in : unbatched ? reshape(value, {1, S, vdim}) : value;
+  auto finish = [&](const Tensor& out) { return unbatched ? reshape(out, {T, E}) : out; };
+  const std::size_t extra_keys = std::size_t(bias_k.defined()) + std::size_t(options.add_zero_attn());
 
   // The fused op needs neither the weights nor dropout on them; otherwise the composed
   // reference runs (same function, one more copy per head and the weights kept).
   const bool fused = !opt.need_weights && !(attn_drop.training() && attn_drop.p > 0);
-  const bool self = query.impl() == key.impl() && key.impl() == value.impl();
-  if (fused && self && in_proj_weight.defined()) {  // one (B*T, E) x (E, 3E) GEMM, heads read in place
-    Tensor qkv = linear(query, in_proj_weight, in_proj_bias);
-    return {out_proj.forward(attention_packed(qkv, H, masks)), Tensor()};
+  if (fused && self && in_proj_weight.defined() && extra_keys == 0) {  // one (B*T, E) x (E, 3E) GEMM
+    Tensor qkv = linear(q_in, in_proj_weight, in_proj_bias);
+    return {finish(out_proj.forward(attention_packed(qkv, H, masks))), Tensor()};
   }
   // Separate projections on row blocks of the packed weight (slicing the small weight is
   // cheaper than slicing the (B, L, 3E) activations and their gradients).
@@ -134,18 +155,32 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& query, const Tensor& k
     return in_proj_bias.defined() ? narrow(in_proj_bias, 0, i * E, E) : Tensor();
   };
   if (in_proj_weight.defined()) {
-    q = linear(query, narrow(in_proj_weight, 0, 0, E), bias_part(0));
-    k = linear(key, narrow(in_proj_weight, 0, E, E), bias_part(1));
-    v = linear(value, narrow(in_proj_weight, 0, 2 * E, E), bias_part(2));
+    q = linear(q_in, narrow(in_proj_weight, 0, 0, E), bias_part(0));
+    k = linear(k_in, narrow(in_proj_weight, 0, E, E), bias_part(1));
+    v = linear(v_in, narrow(in_proj_weight, 0, 2 * E, E), bias_part(2));
   } else {
-    q = linear(query, q_proj_weight, bias_part(0));
-    k = linear(key, k_proj_weight, bias_part(1));
-    v = linear(value, v_proj_weight, bias_part(2));
+    q = linear(q_in, q_proj_weight, bias_part(0));
+    k = linear(k_in, k_proj_weight, bias_part(1));
+    v = linear(v_in, v_proj_weight, bias_part(2));
   }
-  if (fused) return {out_proj.forward(attention(q, k, v, H, masks)), Tensor()};
+  if (bias_k.defined()) {  // (1, 1, E) broadcast to (B, 1, E), appended along the keys
+    const Tensor z = zeros({B, 1, E}, dt);
+    k = concat({k, add(z, bias_k)}, 1);
+    v = concat({v, add(z, bias_v)}, 1);
+  }
+  if (options.add_zero_attn()) {
+    const Tensor z = zeros({B, 1, E}, dt);
+    k = concat({k, z}, 1);
+    v = concat({v, z}, 1);
+  }
+  if (extra_keys) masks = pad_keys(masks, extra_keys, T, S);
+  if (fused) return {finish(out_proj.forward(attention(q, k, v, H, masks))), Tensor()};
   AttentionResult r = attention_reference(q, k, v, H, masks, 0, [&](const Tensor& p) { return attn_drop.forward(p); });
-  AttentionOutput result{out_proj.forward(r.out), Tensor()};
-  if (opt.need_weights) result.weights = opt.average_attn_weights ? mean(r.weights, {1}) : r.weights;
+  AttentionOutput result{finish(out_proj.forward(r.out)), Tensor()};
+  if (opt.need_weights) {
+    Tensor w = opt.average_attn_weights ? mean(r.weights, {1}) : r.weights;  // (B, T, S') or (B, H, T, S')
+    result.weights = unbatched ? squeeze(w, 0) : w;
+  }
   return result;
 }
 

@@ -1,19 +1,36 @@
 // xgrad/models/attention.hpp — multi-head attention laid out like torch.nn.MultiheadAttention.
 //
-// Inputs are batch-first: query (B, T, E), key (B, S, kdim), value (B, S, vdim).
+// Built from MultiHeadAttentionOptions (fluent setters, libtorch style), so PyTorch's
+// positional order cannot be silently misread:
+//   MultiHeadAttention mha(MultiHeadAttentionOptions(64, 4).dropout(0.1).bias(false), rng);
+//
+// Inputs are batch-first: query (B, T, E), key (B, S, kdim), value (B, S, vdim); or unbatched,
+// all 2-D: query (T, E), key (S, kdim), value (S, vdim) -> output (T, E).
 // Parameters (state_dict names and shapes exactly as PyTorch's, so weights move between
 // the two unchanged):
 //   kdim == vdim == E:  in_proj_weight (3E, E)  [q; k; v rows]
 //   otherwise:          q_proj_weight (E, E), k_proj_weight (E, kdim), v_proj_weight (E, vdim)
 //   bias:               in_proj_bias (3E), out_proj.bias (E)
+//   add_bias_kv:        bias_k (1, 1, E), bias_v (1, 1, E)
 //   always:             out_proj.weight (E, E)
+//
+// Keys and values after projection (S' = S + add_bias_kv + add_zero_attn keys), as PyTorch:
+//   add_bias_kv:    k = [k; bias_k], v = [v; bias_v] along the sequence (one more key);
+//   add_zero_attn:  then a zero key and a zero value row (one more key, every head);
+//   every mask gets a not-masked column for each added key (is_causal too: the added keys
+//   are visible to every query).
 //
 // Masks (all combinable). Boolean masks use **true = not allowed to attend**, as PyTorch's
 // nn.MultiheadAttention:
-//   attn_mask        (T, S), (B*H, T, S) or broadcastable to (B, H, T, S); bool, or float
-//                    (added to the scores, -inf = masked);
-//   key_padding_mask (B, S) bool, true = padding key;
+//   attn_mask        bool, or float of the inputs' dtype (added to the scores, -inf = masked):
+//                    (T, S), (B*H, T, S) [entry b*H + h = batch b, head h, PyTorch's only
+//                    3-D form], or 4-D broadcastable to (B, H, T, S). Unbatched: (T, S) or
+//                    (H, T, S). Any other shape is a ShapeError, in particular (B, T, S) even
+//                    when B == H (use (B, 1, T, S) for a per-batch mask);
+//   key_padding_mask (B, S), unbatched (S): bool (true = padding key), or float of the inputs'
+//                    dtype added to the scores of every query (as PyTorch >= 2.0);
 //   is_causal        adds causal_mask(T, S) (query i sees keys j <= i).
+// The rules live in ops/attention.hpp (attention_masks), shared with the attention op.
 // A query row whose keys are all masked gets all-zero attention weights and a zero output
 // before out_proj (PyTorch returns NaN there), with zero, finite gradients.
 #pragma once
@@ -25,21 +42,54 @@ struct AttentionOptions {
   Tensor attn_mask;
   Tensor key_padding_mask;
   bool is_causal = false;
-  bool need_weights = false;           // also return the attention weights
+  // Also return the attention weights. Default false, unlike PyTorch's need_weights=True:
+  // returned weights keep an extra O(B*H*T*S) tensor (and its graph) alive and force the
+  // composed attention (attention_reference) instead of the fused kernel. Set
+  // need_weights = true (average_attn_weights = true is PyTorch's default too) for
+  // PyTorch's default behaviour; the output is the same either way.
+  bool need_weights = false;
   bool average_attn_weights = true;    // weights (B, T, S) averaged over heads, else (B, H, T, S)
 };
 
 struct AttentionOutput {
-  Tensor output;   // (B, T, E)
-  Tensor weights;  // undefined unless need_weights
+  Tensor output;   // (B, T, E); unbatched (T, E)
+  Tensor weights;  // undefined unless need_weights; (B, T, S') or (B, H, T, S'); unbatched
+                   // (T, S') or (H, T, S'); S' counts the keys added by add_bias_kv / add_zero_attn
+};
+
+// torch::nn::MultiheadAttentionOptions: required embed_dim, num_heads; the rest by name.
+class MultiHeadAttentionOptions {
+ public:
+  MultiHeadAttentionOptions(std::size_t embed_dim, std::size_t num_heads)
+      : embed_dim_(embed_dim), num_heads_(num_heads) {}
+  MultiHeadAttentionOptions& dropout(double p) { dropout_ = p; return *this; }  // on the weights
+  MultiHeadAttentionOptions& bias(bool b) { bias_ = b; return *this; }          // in_proj_bias, out_proj.bias
+  MultiHeadAttentionOptions& add_bias_kv(bool b) { add_bias_kv_ = b; return *this; }
+  MultiHeadAttentionOptions& add_zero_attn(bool b) { add_zero_attn_ = b; return *this; }
+  MultiHeadAttentionOptions& kdim(std::size_t d) { kdim_ = d; return *this; }  // 0 = embed_dim
+  MultiHeadAttentionOptions& vdim(std::size_t d) { vdim_ = d; return *this; }  // 0 = embed_dim
+  std::size_t embed_dim() const { return embed_dim_; }
+  std::size_t num_heads() const { return num_heads_; }
+  double dropout() const { return dropout_; }
+  bool bias() const { return bias_; }
+  bool add_bias_kv() const { return add_bias_kv_; }
+  bool add_zero_attn() const { return add_zero_attn_; }
+  std::size_t kdim() const { return kdim_ ? kdim_ : embed_dim_; }
+  std::size_t vdim() const { return vdim_ ? vdim_ : embed_dim_; }
+
+ private:
+  std::size_t embed_dim_, num_heads_;
+  double dropout_ = 0.0;
+  bool bias_ = true, add_bias_kv_ = false, add_zero_attn_ = false;
+  std::size_t kdim_ = 0, vdim_ = 0;
 };
 
 class MultiHeadAttention : public Module {
  public:
-  // kdim / vdim = 0 mean embed_dim. Initialised as PyTorch: xavier_uniform in-projection,
-  // zero biases, out_proj.weight as nn.Linear.
-  MultiHeadAttention(std::size_t embed_dim, std::size_t num_heads, bool bias, double dropout,
-                     Rng& rng, std::size_t kdim = 0, std::size_t vdim = 0);
+  // Initialised as PyTorch: xavier_uniform in-projection, zero biases, out_proj.weight as
+  // nn.Linear, bias_k / bias_v xavier_normal (N(0, 1/E) for a (1, 1, E) tensor).
+  // ValueError unless num_heads divides embed_dim and 0 <= dropout < 1.
+  MultiHeadAttention(const MultiHeadAttentionOptions& options, Rng& rng);
 
   AttentionOutput forward(const Tensor& query, const Tensor& key, const Tensor& value,
                           const AttentionOptions& options = {});
@@ -47,10 +97,12 @@ class MultiHeadAttention : public Module {
     return forward(x, x, x, options);
   }
 
+  MultiHeadAttentionOptions options;
   std::size_t embed_dim, num_heads, head_dim, kdim, vdim;
   Tensor in_proj_weight;                               // packed (3E, E), or undefined
   Tensor q_proj_weight, k_proj_weight, v_proj_weight;  // separate, or undefined
   Tensor in_proj_bias;                                 // (3E) or undefined
+  Tensor bias_k, bias_v;                               // (1, 1, E) or undefined
   Linear out_proj;
   Dropout attn_drop;
 };

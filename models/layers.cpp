@@ -23,11 +23,15 @@ Embedding::Embedding(std::size_t num, std::size_t dim, Rng& rng) {
 }
 Tensor Embedding::forward(const Tensor& indices) const { return embedding(weight, indices); }
 
-LayerNorm::LayerNorm(std::size_t dim, double eps_) : eps(eps_) {
-  weight = ones({dim});
-  bias = zeros({dim});
+LayerNorm::LayerNorm(std::size_t dim, double eps_) : LayerNorm(LayerNormOptions(dim).eps(eps_)) {}
+
+LayerNorm::LayerNorm(const LayerNormOptions& o) : eps(o.eps()) {
+  weight = ones({o.dim()});
   register_parameter("weight", &weight);
-  register_parameter("bias", &bias);
+  if (o.bias()) {
+    bias = zeros({o.dim()});
+    register_parameter("bias", &bias);
+  }
 }
 Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
 
@@ -45,13 +49,26 @@ Dropout::Dropout(double p_, std::uint64_t seed) : p(p_), rng_(seed) {
 }
 Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, training(), rng_); }
 
-FeedForward::FeedForward(std::size_t dim, std::size_t hidden, double p, Rng& rng)
-    : fc1(dim, hidden, true, rng), fc2(hidden, dim, true, rng), drop(p, rng()) {
+FeedForward::FeedForward(const FeedForwardOptions& o, Rng& rng)
+    : fc1(o.dim(), o.hidden(), o.bias(), rng),
+      fc2(o.hidden(), o.dim(), o.bias(), rng),
+      drop(o.dropout(), rng()),
+      gelu_approximate_tanh(o.gelu_approximate_tanh()) {
   register_module("fc1", &fc1);
   register_module("fc2", &fc2);
   register_module("drop", &drop);
 }
-Tensor FeedForward::forward(const Tensor& x) { return drop.forward(fc2.forward(gelu(fc1.forward(x)))); }
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), composed of registered ops (differentiable twice).
+static Tensor gelu_tanh_composed(const Tensor& x) {
+  const double c = std::sqrt(2.0 / 3.14159265358979323846);
+  const Tensor inner = mul_scalar(add(x, mul_scalar(mul(mul(x, x), x), 0.044715)), c);
+  return mul(mul_scalar(x, 0.5), add_scalar(tanh(inner), 1.0));
+}
+
+Tensor FeedForward::forward(const Tensor& x) {
+  const Tensor h = fc1.forward(x);
+  return drop.forward(fc2.forward(gelu_approximate_tanh ? gelu_tanh_composed(h) : gelu(h)));
+}
 
 static void check_positions(const char* op, const Tensor& x, const Shape& table) {
   check_float(op, "x", x);

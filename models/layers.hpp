@@ -24,13 +24,31 @@ class Embedding : public Module {
   Tensor weight;
 };
 
+// LayerNorm's settings by name: LayerNormOptions(dim).eps(1e-6).bias(false).
+class LayerNormOptions {
+ public:
+  explicit LayerNormOptions(std::size_t dim) : dim_(dim) {}
+  LayerNormOptions& eps(double e) { eps_ = e; return *this; }
+  LayerNormOptions& bias(bool b) { bias_ = b; return *this; }  // false: weight only (nn.LayerNorm(bias=False))
+  std::size_t dim() const { return dim_; }
+  double eps() const { return eps_; }
+  bool bias() const { return bias_; }
+
+ private:
+  std::size_t dim_;
+  double eps_ = 1e-5;
+  bool bias_ = true;
+};
+
 // y = (x - mean) / sqrt(var + eps) * weight + bias over the last dim (biased variance),
-// weight = 1, bias = 0 (nn.LayerNorm).
+// weight = 1, bias = 0 (nn.LayerNorm); without bias: y = (x - mean) / sqrt(var + eps) * weight
+// and no "bias" parameter (torch 2.1's nn.LayerNorm(dim, bias=False)).
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(std::size_t dim, double eps = 1e-5);
+  explicit LayerNorm(const LayerNormOptions& options);
   Tensor forward(const Tensor& x) const;
-  Tensor weight, bias;
+  Tensor weight, bias;  // bias undefined when options.bias(false)
   double eps;
 };
 
@@ -46,13 +64,35 @@ class Dropout : public Module {
   Rng rng_;
 };
 
-// Linear(dim, hidden) -> GELU -> Linear(hidden, dim) -> Dropout.
+// FeedForward's settings by name: FeedForwardOptions(dim, hidden).dropout(0.1).bias(false).
+class FeedForwardOptions {
+ public:
+  FeedForwardOptions(std::size_t dim, std::size_t hidden) : dim_(dim), hidden_(hidden) {}
+  FeedForwardOptions& dropout(double p) { dropout_ = p; return *this; }
+  FeedForwardOptions& bias(bool b) { bias_ = b; return *this; }  // fc1.bias, fc2.bias
+  // true: GELU's tanh approximation (GPT-2; torch's gelu(approximate='tanh')), else exact (erf)
+  FeedForwardOptions& gelu_approximate_tanh(bool b) { gelu_tanh_ = b; return *this; }
+  std::size_t dim() const { return dim_; }
+  std::size_t hidden() const { return hidden_; }
+  double dropout() const { return dropout_; }
+  bool bias() const { return bias_; }
+  bool gelu_approximate_tanh() const { return gelu_tanh_; }
+
+ private:
+  std::size_t dim_, hidden_;
+  double dropout_ = 0.0;
+  bool bias_ = true, gelu_tanh_ = false;
+};
+
+// Linear(dim, hidden) -> GELU -> Linear(hidden, dim) -> Dropout. GELU exact: x Phi(x);
+// tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 class FeedForward : public Module {
  public:
-  FeedForward(std::size_t dim, std::size_t hidden, double dropout, Rng& rng);
+  FeedForward(const FeedForwardOptions& options, Rng& rng);
   Tensor forward(const Tensor& x);
   Linear fc1, fc2;
   Dropout drop;
+  bool gelu_approximate_tanh;
 };
 
 // Adds a learned position embedding (max_len, dim) ~ N(0, 1) to x (B, T, dim).

@@ -4,8 +4,16 @@
 
 namespace xgrad {
 
-TransformerBlock::TransformerBlock(std::size_t E, std::size_t H, std::size_t hidden, double p, Rng& rng)
-    : ln1(E), attn(E, H, true, p, rng), drop(p, rng()), ln2(E), ff(E, hidden, p, rng) {
+TransformerBlock::TransformerBlock(const TransformerBlockOptions& o, Rng& rng)
+    : ln1(LayerNormOptions(o.embed_dim()).bias(o.bias())),
+      attn(MultiHeadAttentionOptions(o.embed_dim(), o.num_heads()).dropout(o.dropout()).bias(o.bias()), rng),
+      drop(o.dropout(), rng()),
+      ln2(LayerNormOptions(o.embed_dim()).bias(o.bias())),
+      ff(FeedForwardOptions(o.embed_dim(), o.ff_hidden())
+             .dropout(o.dropout())
+             .bias(o.bias())
+             .gelu_approximate_tanh(o.gelu_approximate_tanh()),
+         rng) {
   register_module("ln1", &ln1);
   register_module("attn", &attn);
   register_module("drop", &drop);
@@ -22,7 +30,7 @@ Tensor TransformerBlock::forward(const Tensor& x, const AttentionOptions& option
 
 TransformerBody::TransformerBody(const TransformerConfig& c)
     : config(c), rng(c.seed), tok_emb(c.vocab_size, c.embed_dim, rng), emb_drop(c.dropout, c.seed + 1),
-      ln_f(c.embed_dim) {
+      ln_f(LayerNormOptions(c.embed_dim).bias(c.bias)) {
   register_module("tok_emb", &tok_emb);
   if (c.positional == PositionalKind::Learned) {
     pos_learned = std::make_unique<LearnedPositionalEncoding>(c.max_len, c.embed_dim, rng);
@@ -32,7 +40,12 @@ TransformerBody::TransformerBody(const TransformerConfig& c)
   }
   register_module("emb_drop", &emb_drop);
   for (std::size_t i = 0; i < c.num_layers; ++i) {
-    blocks.push_back(std::make_unique<TransformerBlock>(c.embed_dim, c.num_heads, c.ff_hidden, c.dropout, rng));
+    blocks.push_back(std::make_unique<TransformerBlock>(
+        TransformerBlockOptions(c.embed_dim, c.num_heads, c.ff_hidden)
+            .dropout(c.dropout)
+            .bias(c.bias)
+            .gelu_approximate_tanh(c.gelu_approximate_tanh),
+        rng));
     register_module("blocks." + std::to_string(i), blocks.back().get());
   }
   register_module("ln_f", &ln_f);
@@ -61,7 +74,7 @@ std::vector<Tensor> TransformerBody::attention_weights() const {
 }
 
 TransformerEncoder::TransformerEncoder(const TransformerConfig& c)
-    : body(c), head(c.embed_dim, c.vocab_size, true, body.rng) {
+    : body(c), head(c.embed_dim, c.vocab_size, c.bias, body.rng) {
   register_module("body", &body);
   register_module("head", &head);
 }

@@ -6,11 +6,33 @@
 
 namespace xgrad {
 
+// TransformerBlock's settings by name:
+//   TransformerBlockOptions(embed_dim, num_heads, ff_hidden).dropout(0.1).bias(false)
+class TransformerBlockOptions {
+ public:
+  TransformerBlockOptions(std::size_t embed_dim, std::size_t num_heads, std::size_t ff_hidden)
+      : embed_dim_(embed_dim), num_heads_(num_heads), ff_hidden_(ff_hidden) {}
+  TransformerBlockOptions& dropout(double p) { dropout_ = p; return *this; }
+  // false: no bias parameter anywhere (LayerNorms keep their weight; GPT-2 / nanoGPT bias=False)
+  TransformerBlockOptions& bias(bool b) { bias_ = b; return *this; }
+  TransformerBlockOptions& gelu_approximate_tanh(bool b) { gelu_tanh_ = b; return *this; }  // FeedForward's GELU
+  std::size_t embed_dim() const { return embed_dim_; }
+  std::size_t num_heads() const { return num_heads_; }
+  std::size_t ff_hidden() const { return ff_hidden_; }
+  double dropout() const { return dropout_; }
+  bool bias() const { return bias_; }
+  bool gelu_approximate_tanh() const { return gelu_tanh_; }
+
+ private:
+  std::size_t embed_dim_, num_heads_, ff_hidden_;
+  double dropout_ = 0.0;
+  bool bias_ = true, gelu_tanh_ = false;
+};
+
 // x = x + Dropout(MHA(LN1(x)));  x = x + FF(LN2(x))
 class TransformerBlock : public Module {
  public:
-  TransformerBlock(std::size_t embed_dim, std::size_t num_heads, std::size_t ff_hidden,
-                   double dropout, Rng& rng);
+  TransformerBlock(const TransformerBlockOptions& options, Rng& rng);
   // x (B, T, E); options carry the masks (need_weights is honoured: see last_weights).
   Tensor forward(const Tensor& x, const AttentionOptions& options = {});
   Tensor last_weights;  // (B, H, T, S) or (B, T, S) when options.need_weights
@@ -34,6 +56,8 @@ struct TransformerConfig {
   PositionalKind positional = PositionalKind::Learned;
   bool tied_output = false;  // decoder only: logits use the token embedding matrix
   std::uint64_t seed = 0;
+  bool bias = true;  // false: no bias parameter in any block, ln_f or the head (GPT-2 style)
+  bool gelu_approximate_tanh = false;  // true: GELU's tanh approximation in every block (GPT-2)
 };
 
 // Shared body: token embedding + positions + blocks + final LayerNorm.

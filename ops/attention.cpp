@@ -283,9 +283,16 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   return d;
 }
 
-void check_masks(const char* op, const AttentionMasks& m, const Dims& d, DType dtype) {
+// The masks with `mask` and `float_mask` in the shapes the kernels read: (T, S) or 4-D.
+AttentionMasks check_masks(const char* op, const AttentionMasks& in, const Dims& d, DType dtype) {
   const Shape full{d.B, d.H, d.T, d.S};
-  if (m.mask.defined()) check_mask_fits(op, m.mask, full);  // Bool, broadcasts to (B, H, T, S)
+  AttentionMasks m = in;
+  if (m.mask.defined()) {
+    if (m.mask.dtype() != DType::Bool)
+      throw DTypeError(std::string(op) + ": argument 'mask' must be a bool mask, got " + dtype_name(m.mask.dtype()) +
+                       " of shape " + shape_str(m.mask.shape()));
+    m.mask = check_attention_mask_shape(op, "mask", m.mask, full);
+  }
   if (m.key_padding_mask.defined()) {
     if (m.key_padding_mask.dtype() != DType::Bool)
       throw DTypeError(std::string(op) + ": argument 'key_padding_mask' must be bool (true = padding), got " +
@@ -298,11 +305,9 @@ void check_masks(const char* op, const AttentionMasks& m, const Dims& d, DType d
     if (m.float_mask.dtype() != dtype)
       throw DTypeError(std::string(op) + ": argument 'float_mask' is " + dtype_name(m.float_mask.dtype()) +
                        " but q is " + dtype_name(dtype));
-    if (m.float_mask.dim() > 4 ||
-        detail::broadcast_shapes(op, "float_mask", m.float_mask.shape(), "scores", full) != full)
-      throw ShapeError(std::string(op) + ": argument 'float_mask' " + shape_str(m.float_mask.shape()) +
-                       " does not broadcast to the scores (B, H, T, S) = " + shape_str(full));
+    m.float_mask = check_attention_mask_shape(op, "float_mask", m.float_mask, full);
   }
+  return m;
 }
 
 double resolve_scale(const char* op, double scale, const Dims& d) {
@@ -420,28 +425,84 @@ bool mask_needs_grad(const AttentionMasks& m) {
 
 }  // namespace
 
+Tensor check_attention_mask_shape(const char* op, const char* arg, const Tensor& mask, const Shape& scores,
+                                  bool unbatched) {
+  const std::size_t B = scores.at(0), H = scores.at(1), T = scores.at(2), S = scores.at(3);
+  const Shape& s = mask.shape();
+  if (s.size() == 2 && s == Shape{T, S}) return mask;
+  if (s.size() == 3 && s == Shape{B * H, T, S}) return reshape(mask, scores);
+  if (s.size() == 4) {
+    bool fits = true;
+    for (std::size_t i = 0; i < 4; ++i) fits = fits && (s[i] == scores[i] || s[i] == 1);
+    if (fits) return mask;
+  }
+  const std::string ts = "(T, S) = " + shape_str({T, S});
+  throw ShapeError(std::string(op) + ": argument '" + arg + "' " + shape_str(s) + " must be " +
+                   (unbatched ? ts + " or (H, T, S) = " + shape_str({H, T, S}) + " for unbatched input"
+                              : ts + ", (B*H, T, S) = " + shape_str({B * H, T, S}) +
+                                    " or 4-D broadcastable to (B, H, T, S) = " + shape_str(scores) +
+                                    " (a 3-D mask is PyTorch's (B*H, T, S), entry b*H + h; (B, T, S) is not"
+                                    " accepted: pass (B, 1, T, S))"));
+}
+
+AttentionMasks attention_masks(const char* op, const Tensor& attn_mask, const Tensor& key_padding_mask,
+                               bool is_causal, const Shape& scores, DType dtype, bool unbatched) {
+  const std::size_t B = scores.at(0), S = scores.at(3);
+  auto check_dtype = [&](const char* arg, const Tensor& m, const char* meaning) {
+    if (m.dtype() != DType::Bool && !is_float(m.dtype()))
+      throw DTypeError(std::string(op) + ": argument '" + arg + "' " + shape_str(m.shape()) +
+                       " must be bool (" + meaning + ") or float (added to the scores), got " +
+                       dtype_name(m.dtype()));
+    if (is_float(m.dtype()) && m.dtype() != dtype)
+      throw DTypeError(std::string(op) + ": float '" + arg + "' " + shape_str(m.shape()) + " is " +
+                       dtype_name(m.dtype()) + " but the inputs are " + dtype_name(dtype));
+  };
+  AttentionMasks out;
+  out.is_causal = is_causal;
+  if (attn_mask.defined()) {
+    check_dtype("attn_mask", attn_mask, "true = masked");
+    const Tensor m = check_attention_mask_shape(op, "attn_mask", attn_mask, scores, unbatched);
+    (m.dtype() == DType::Bool ? out.mask : out.float_mask) = m;
+  }
+  if (key_padding_mask.defined()) {
+    const Tensor& m = key_padding_mask;
+    check_dtype("key_padding_mask", m, "true = padding");
+    if (unbatched ? m.shape() != Shape{S} : m.shape() != Shape{B, S})
+      throw ShapeError(std::string(op) + ": argument 'key_padding_mask' " + shape_str(m.shape()) + " must be " +
+                       (unbatched ? "(S) = " + shape_str({S}) + " for unbatched input"
+                                  : "(B, S) = " + shape_str({B, S})));
+    if (m.dtype() == DType::Bool) {
+      out.key_padding_mask = reshape(m, {B, S});
+    } else {
+      const Tensor add_kpm = reshape(m, {B, 1, 1, S});
+      out.float_mask = out.float_mask.defined() ? add(out.float_mask, add_kpm) : add_kpm;
+    }
+  }
+  return out;
+}
+
 AttentionResult attention_reference(const Tensor& q, const Tensor& k, const Tensor& v, std::size_t num_heads,
-                                    const AttentionMasks& masks, double scale,
+                                    const AttentionMasks& masks_in, double scale,
                                     const std::function<Tensor(const Tensor&)>& transform_weights) {
   const char* op = "attention";
   const Dims d = check_qkv(op, q, k, v, num_heads);
-  check_masks(op, masks, d, q.dtype());
+  const AttentionMasks masks = check_masks(op, masks_in, d, q.dtype());
   Tensor p = composite_probs(q, k, masks, d, resolve_scale(op, scale, d));
   if (transform_weights) p = transform_weights(p);
   return {merge_heads(matmul(p, split_heads(v, d.H))), p};
 }
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, std::size_t num_heads,
-                 const AttentionMasks& masks, double scale) {
+                 const AttentionMasks& masks_in, double scale) {
   const char* op = "attention";
   const Dims d = check_qkv(op, q, k, v, num_heads);
-  check_masks(op, masks, d, q.dtype());
+  const AttentionMasks masks = check_masks(op, masks_in, d, q.dtype());
   scale = resolve_scale(op, scale, d);
   if (mask_needs_grad(masks)) return attention_reference(q, k, v, num_heads, masks, scale).out;
   return fused_attention(op, {q, k, v}, d, masks, scale);
 }
 
-Tensor attention_packed(const Tensor& qkv, std::size_t num_heads, const AttentionMasks& masks, double scale) {
+Tensor attention_packed(const Tensor& qkv, std::size_t num_heads, const AttentionMasks& masks_in, double scale) {
   const char* op = "attention_packed";
   check_float(op, "qkv", qkv);
   if (qkv.dim() != 3 || num_heads == 0 || qkv.shape()[2] % (3 * num_heads) != 0)
@@ -450,7 +511,7 @@ Tensor attention_packed(const Tensor& qkv, std::size_t num_heads, const Attentio
   const std::size_t E = qkv.shape()[2] / 3;
   Dims d;
   d.B = qkv.shape()[0], d.T = d.S = qkv.shape()[1], d.H = num_heads, d.D = d.Dv = E / num_heads;
-  check_masks(op, masks, d, qkv.dtype());
+  const AttentionMasks masks = check_masks(op, masks_in, d, qkv.dtype());
   scale = resolve_scale(op, scale, d);
   if (mask_needs_grad(masks))
     return attention_reference(narrow(qkv, 2, 0, E), narrow(qkv, 2, E, E), narrow(qkv, 2, 2 * E, E), num_heads,
@@ -505,7 +566,7 @@ XGRAD_REGISTER_OP({"attention_packed", [](const auto& x) { return attention_pack
 XGRAD_REGISTER_OP({"attention_packed(causal, masks)",
                    [](const auto& x) {
                      AttentionMasks m = sample_masks(true);
-                     m.mask = bool_tensor({false, false, false, true}, {4});  // key 3 masked for everyone
+                     m.mask = bool_tensor({false, false, false, true}, {1, 1, 1, 4});  // key 3 masked for everyone
                      return attention_packed(x[0], 2, m);
                    },
                    [](Rng& r) -> std::vector<OpSample> { return {{"qkv (2,4,12) causal", {sample_randn({2, 4, 12}, r)}}}; }});

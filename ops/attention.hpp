@@ -11,12 +11,37 @@
 namespace xgrad {
 
 // Every mask is optional. Bool masks use the mask.hpp convention: true = may NOT attend.
+// `mask` and `float_mask` take the shapes of check_attention_mask_shape below.
 struct AttentionMasks {
-  Tensor mask;              // Bool, broadcastable to (B, H, T, S)
+  Tensor mask;              // Bool, (T, S), (B*H, T, S) or 4-D broadcastable to (B, H, T, S)
   Tensor key_padding_mask;  // Bool (B, S): true = padding key
-  Tensor float_mask;        // q's dtype, broadcastable to (B, H, T, S), added to the scores
+  Tensor float_mask;        // q's dtype, shapes as `mask`, added to the scores
   bool is_causal = false;   // query i may not attend key j > i (causal_mask(T, S), top-left)
 };
+
+// The one shape rule for attention masks (attention, attention_packed, MultiHeadAttention).
+// scores = (B, H, T, S). Accepted shapes of a bool or additive float mask:
+//   (T, S)                              shared by every batch and head;
+//   (B*H, T, S)                         PyTorch's only 3-D form: entry b*H + h is batch b, head h;
+//   4-D broadcastable to (B, H, T, S)   every dim equal or 1.
+// Every other shape is a ShapeError naming op, argument, its shape and the accepted shapes
+// with their numbers; in particular (B, T, S) and (H, T, S) (ambiguous when B == H), (1, T, S)
+// and (S). unbatched = true words the message for MultiHeadAttention's unbatched call
+// (B = 1: (T, S) or (H, T, S)). Returns the mask as (T, S) or 4-D (3-D reshaped, same data).
+Tensor check_attention_mask_shape(const char* op, const char* arg, const Tensor& mask, const Shape& scores,
+                                  bool unbatched = false);
+
+// nn.MultiheadAttention's mask arguments, checked and converted to AttentionMasks for the
+// scores (B, H, T, S); nothing is changed when a check throws.
+//   attn_mask         bool (true = masked) or float of `dtype` (added to the scores);
+//                     shapes of check_attention_mask_shape.
+//   key_padding_mask  (B, S), unbatched (S): bool (true = padding key) or float of `dtype`,
+//                     added to every query row of its batch (as PyTorch >= 2.0; 1.13 does the
+//                     same when attn_mask is absent), i.e. float_mask += kpm as (B, 1, 1, S).
+// Errors: DTypeError (other dtypes, float of another dtype), ShapeError (shapes), both naming
+// op, the argument and the shapes.
+AttentionMasks attention_masks(const char* op, const Tensor& attn_mask, const Tensor& key_padding_mask,
+                               bool is_causal, const Shape& scores, DType dtype, bool unbatched = false);
 
 // q (B, T, H*D), k (B, S, H*D), v (B, S, H*Dv) -> out (B, T, H*Dv). For every head h:
 //   P_h = softmax(scale * Q_h K_h^T + float_mask) over the keys allowed by the masks  (T, S)

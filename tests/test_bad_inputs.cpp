@@ -211,12 +211,13 @@ BOOST_AUTO_TEST_CASE(table) {
       [held] { return fingerprint(NamedTensors{{"g", held->w.grad()}}); });
 
   // ===== modules ========================================================================================
-  auto mha = std::make_shared<MultiHeadAttention>(8, 2, true, 0.0, rng);
+  auto mha = std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions(8, 2), rng);
   auto mha_state = [mha] { return fingerprint(*mha); };
   push("MultiHeadAttention: query of the wrong embed dim", [mha] { mha->forward(f32({2, 3, 5})); }, "ShapeError",
       {"MultiHeadAttention", "query (2, 3, 5)", "(B, T, 8)"}, mha_state);
-  push("MultiHeadAttention: query of rank 2", [mha] { mha->forward(f32({3, 8})); }, "ShapeError",
-      {"MultiHeadAttention", "(B, L, E)", "query (3, 8)"}, mha_state);
+  push("MultiHeadAttention: unbatched query, batched key",
+      [mha] { mha->forward(f32({3, 8}), f32({2, 3, 8}), f32({2, 3, 8})); }, "ShapeError",
+      {"MultiHeadAttention", "(B, L, features)", "(L, features)", "query (3, 8)", "key (2, 3, 8)"}, mha_state);
   push("MultiHeadAttention: key batch differs from query's",
       [mha] { mha->forward(f32({2, 3, 8}), f32({1, 4, 8}), f32({1, 4, 8})); }, "ShapeError",
       {"MultiHeadAttention", "query (2, 3, 8)", "key (1, 4, 8)"}, mha_state);
@@ -251,13 +252,13 @@ BOOST_AUTO_TEST_CASE(table) {
         mha->forward(f32({2, 3, 8}), o);
       },
       "ShapeError", {"MultiHeadAttention", "'key_padding_mask'", "(3, 2)", "(2, 3)"}, mha_state);
-  push("MultiHeadAttention: float key_padding_mask",
+  push("MultiHeadAttention: float64 key_padding_mask with float32 inputs",
       [mha] {
         AttentionOptions o;
-        o.key_padding_mask = f32({2, 3});
+        o.key_padding_mask = f64({2, 3});
         mha->forward(f32({2, 3, 8}), o);
       },
-      "DTypeError", {"MultiHeadAttention", "'key_padding_mask'", "float32"}, mha_state);
+      "DTypeError", {"MultiHeadAttention", "'key_padding_mask'", "float64", "float32"}, mha_state);
   push("MultiHeadAttention: int64 query", [mha] { mha->forward(ints(std::vector<std::int64_t>(48, 0), {2, 3, 8})); },
       "DTypeError", {"MultiHeadAttention", "'query'", "int64", "(2, 3, 8)"}, mha_state);
   push("MultiHeadAttention: float64 query, float32 parameters", [mha] { mha->forward(f64({2, 3, 8})); },
@@ -265,7 +266,7 @@ BOOST_AUTO_TEST_CASE(table) {
   push("MultiHeadAttention: embed_dim not divisible by num_heads",
       [] {
         Rng r(0);
-        MultiHeadAttention bad(10, 3, true, 0.0, r);
+        MultiHeadAttention bad(MultiHeadAttentionOptions(10, 3), r);
       },
       "ValueError", {"MultiHeadAttention", "embed_dim 10", "num_heads 3"});
 

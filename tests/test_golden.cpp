@@ -200,8 +200,8 @@ void run_mha(const std::string& fixture) {
   BOOST_TEST_REQUIRE(g.str("kind") == "mha");
   const std::size_t E = g.integer("embed_dim"), H = g.integer("num_heads");
   Rng rng(0);
-  MultiHeadAttention mha(E, H, g.integer("bias") != 0, 0.0, rng, g.integer("kdim"),
-                         g.integer("vdim"));
+  MultiHeadAttention mha(
+      MultiHeadAttentionOptions(E, H).bias(g.integer("bias") != 0).kdim(g.integer("kdim")).vdim(g.integer("vdim")), rng);
   mha.load_parameters(g.params());
 
   NamedTensors inputs;
@@ -245,8 +245,8 @@ void run_block(const std::string& fixture) {
   Golden g(fixture);
   BOOST_TEST_REQUIRE(g.str("kind") == "transformer_block");
   Rng rng(0);
-  TransformerBlock block(g.integer("embed_dim"), g.integer("num_heads"), g.integer("ff_hidden"),
-                         0.0, rng);
+  TransformerBlock block(TransformerBlockOptions(g.integer("embed_dim"), g.integer("num_heads"), g.integer("ff_hidden")),
+                         rng);
   block.load_parameters(g.params());
   NamedTensors inputs{{"x", g.leaf("x")}};
   AttentionOptions opt;
@@ -356,7 +356,7 @@ BOOST_AUTO_TEST_CASE(adamw) {
 // load_checkpoint puts it into MultiHeadAttention unchanged and the output matches.
 BOOST_AUTO_TEST_CASE(mha_state_dict) {
   Rng rng(0);
-  MultiHeadAttention mha(8, 2, true, 0.0, rng);
+  MultiHeadAttention mha(MultiHeadAttentionOptions(8, 2), rng);
   load_checkpoint(std::string(XGRAD_FIXTURE_DIR) + "/mha_state_dict.safetensors", mha);
   Golden g("mha_self");
   auto params = g.params();

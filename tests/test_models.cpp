@@ -41,7 +41,7 @@ BOOST_AUTO_TEST_SUITE(models)
 
 BOOST_AUTO_TEST_CASE(mha_parameter_names_and_shapes_match_pytorch) {
   Rng rng(0);
-  MultiHeadAttention packed(8, 2, true, 0.0, rng);
+  MultiHeadAttention packed(MultiHeadAttentionOptions(8, 2), rng);
   auto p = packed.named_parameters();
   BOOST_TEST_REQUIRE(p.size() == 4u);
   BOOST_TEST(p[0].first == "in_proj_weight");
@@ -52,14 +52,14 @@ BOOST_AUTO_TEST_CASE(mha_parameter_names_and_shapes_match_pytorch) {
   BOOST_TEST((p[1].second.shape() == Shape{24}));
   BOOST_TEST((p[2].second.shape() == Shape{8, 8}));
   BOOST_TEST(packed.parameter_count() == 24u * 8 + 24 + 64 + 8);
-  MultiHeadAttention separate(8, 2, true, 0.0, rng, 5, 3);
+  MultiHeadAttention separate(MultiHeadAttentionOptions(8, 2).kdim(5).vdim(3), rng);
   std::vector<std::string> names;
   for (auto& [n, t] : separate.named_parameters()) names.push_back(n);
   BOOST_TEST((names == std::vector<std::string>{"q_proj_weight", "k_proj_weight", "v_proj_weight",
                                                 "in_proj_bias", "out_proj.weight", "out_proj.bias"}));
   BOOST_TEST((separate.k_proj_weight.shape() == Shape{8, 5}));
   BOOST_TEST((separate.v_proj_weight.shape() == Shape{8, 3}));
-  MultiHeadAttention nobias(8, 2, false, 0.0, rng);
+  MultiHeadAttention nobias(MultiHeadAttentionOptions(8, 2).bias(false), rng);
   BOOST_TEST(nobias.named_parameters().size() == 2u);
 }
 
@@ -94,7 +94,7 @@ BOOST_AUTO_TEST_CASE(pytorch_default_init_ranges) {
   Rng rng(1);
   Linear lin(16, 4, true, rng);
   for (double v : lin.weight.to_vector()) BOOST_TEST(std::abs(v) <= 0.25);
-  MultiHeadAttention mha(8, 2, true, 0.0, rng);
+  MultiHeadAttention mha(MultiHeadAttentionOptions(8, 2), rng);
   const double xavier = std::sqrt(6.0 / (8 + 24));
   double maxabs = 0;
   for (double v : mha.in_proj_weight.to_vector()) maxabs = std::max(maxabs, std::abs(v));
@@ -222,7 +222,7 @@ BOOST_AUTO_TEST_CASE(mha_gradcheck_inputs_and_every_parameter_for_each_mask_kind
   for (const auto& c : cases) {
     BOOST_TEST_CONTEXT("MHA " << c.name) {
       Rng rng(6);
-      MultiHeadAttention mha(E, H, true, 0.0, rng, c.kdim, c.vdim);
+      MultiHeadAttention mha(MultiHeadAttentionOptions(E, H).kdim(c.kdim).vdim(c.vdim), rng);
       mha.to(DType::Float64);
       for (auto& [n, slot] : mha.parameter_slots())  // non-zero biases
         if (n.find("bias") != std::string::npos) {
@@ -258,7 +258,7 @@ BOOST_AUTO_TEST_CASE(mha_gradcheck_inputs_and_every_parameter_for_each_mask_kind
 
 BOOST_AUTO_TEST_CASE(mha_fully_masked_row_has_zero_weights_and_finite_gradients) {
   Rng rng(7);
-  MultiHeadAttention mha(4, 2, true, 0.0, rng);
+  MultiHeadAttention mha(MultiHeadAttentionOptions(4, 2), rng);
   mha.to(DType::Float64);
   Tensor x = sample_randn({1, 3, 4}, rng);
   AttentionOptions o;
@@ -281,7 +281,7 @@ BOOST_AUTO_TEST_CASE(mha_fully_masked_row_has_zero_weights_and_finite_gradients)
 
 BOOST_AUTO_TEST_CASE(mha_gradgradcheck_tiny) {
   Rng rng(8);
-  MultiHeadAttention mha(2, 1, true, 0.0, rng);
+  MultiHeadAttention mha(MultiHeadAttentionOptions(2, 1), rng);
   mha.to(DType::Float64);
   AttentionOptions o;
   o.is_causal = true;
@@ -293,7 +293,7 @@ BOOST_AUTO_TEST_CASE(mha_gradgradcheck_tiny) {
 
 BOOST_AUTO_TEST_CASE(transformer_block_gradcheck) {
   Rng rng(9);
-  TransformerBlock block(4, 2, 6, 0.0, rng);
+  TransformerBlock block(TransformerBlockOptions(4, 2, 6), rng);
   block.to(DType::Float64);
   AttentionOptions o;
   o.key_padding_mask = bool_tensor({false, false, true, false, false, false}, {2, 3});
@@ -333,7 +333,7 @@ BOOST_AUTO_TEST_CASE(models_forward_shapes_and_tied_decoder) {
 
 BOOST_AUTO_TEST_CASE(mha_shape_errors_name_argument_and_shapes) {
   Rng rng(10);
-  MultiHeadAttention mha(4, 2, true, 0.0, rng);
+  MultiHeadAttention mha(MultiHeadAttentionOptions(4, 2), rng);
   Tensor x = randn({2, 3, 4}, rng);
   auto names = [](const char* what) {
     return [what](const Error& e) {
@@ -349,9 +349,9 @@ BOOST_AUTO_TEST_CASE(mha_shape_errors_name_argument_and_shapes) {
   o.key_padding_mask = bool_tensor({false, false}, {1, 2});
   BOOST_CHECK_EXCEPTION(mha.forward(x, o), ShapeError, names("key_padding_mask"));
   o = {};
-  o.key_padding_mask = zeros({2, 3});
+  o.key_padding_mask = zeros({2, 3}, DType::Int64);  // float is accepted (added to the scores)
   BOOST_CHECK_EXCEPTION(mha.forward(x, o), DTypeError, names("key_padding_mask"));
-  BOOST_CHECK_THROW(MultiHeadAttention(5, 2, true, 0.0, rng), ValueError);
+  BOOST_CHECK_THROW(MultiHeadAttention(MultiHeadAttentionOptions(5, 2), rng), ValueError);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -318,6 +318,174 @@ def main():
         total += size
         print("%-28s %6d bytes  %d tensors" % (name + ".safetensors", size, len(tensors)))
     print("total %d bytes" % total)
+    os.makedirs(MHA_API_DIR, exist_ok=True)
+    for name, tensors, meta in mha_api_fixtures():
+        path = os.path.join(MHA_API_DIR, name + ".safetensors")
+        size = write_safetensors(path, tensors, dict(meta, fixture=name,
+                                                     torch_version=torch.__version__.split("+")[0]))
+        print("%-40s %6d bytes  %d tensors" % ("mha_api/" + name + ".safetensors", size,
+                                                len(tensors)))
+
+
+# --- nn.MultiheadAttention API parity (tests/test_mha_api.cpp) --------------------------
+# Written to tests/fixtures/mha_api/<name>.safetensors (a subdirectory: test_golden.cpp's
+# every_fixture_is_tested lists the top level only), same layout as mha_fixture; metadata adds
+# add_bias_kv, add_zero_attn, unbatched and kpm ("none", "bool", "float").
+
+MHA_API_DIR = os.path.join(OUT_DIR, "mha_api")
+
+
+def mha_api_fixture(name, seed, B=2, T=4, S=None, E=8, H=2, kdim=None, vdim=None, bias=True,
+                    self_attn=False, unbatched=False, add_bias_kv=False, add_zero_attn=False,
+                    causal=False, mask=None, kpm=None):
+    """mask: None, "bool2d" (T, S), "bool3d" ((B*H or H), T, S), "float2d" (T, S).
+    kpm: None, "bool" or "float" ((B, S), unbatched (S)); padding = the last key of batch 0 and
+    the last two of batch 1; the float mask also adds finite values to the other keys."""
+    torch.manual_seed(seed)
+    S = T if S is None else S
+    kd = E if kdim is None else kdim
+    vd = E if vdim is None else vdim
+    mha = nn.MultiheadAttention(E, H, dropout=0.0, bias=bias, batch_first=True, kdim=kdim,
+                                vdim=vdim, add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn)
+    randomize_(mha)
+    lead = () if unbatched else (B,)
+    nb = 1 if unbatched else B
+    if self_attn:
+        x = torch.randn(*lead, T, E, requires_grad=True)
+        query = key = value = x
+        named_inputs = [("x", x)]
+    else:
+        query = torch.randn(*lead, T, E, requires_grad=True)
+        key = torch.randn(*lead, S, kd, requires_grad=True)
+        value = torch.randn(*lead, S, vd, requires_grad=True)
+        named_inputs = [("query", query), ("key", key), ("value", value)]
+    stored = []
+    meta = {"kind": "mha", "embed_dim": E, "num_heads": H, "kdim": kd, "vdim": vd,
+            "bias": int(bias), "self": int(self_attn), "is_causal": int(causal),
+            "unbatched": int(unbatched), "add_bias_kv": int(add_bias_kv),
+            "add_zero_attn": int(add_zero_attn), "kpm": kpm or "none"}
+    attn_mask = None
+    if causal:
+        attn_mask = torch.triu(torch.ones(T, S, dtype=torch.bool), diagonal=1)
+        stored.append(("ref.causal_mask", attn_mask))
+    if mask == "bool2d":
+        attn_mask = torch.rand(T, S) < 0.3
+        for i in range(T):
+            attn_mask[i, i % S] = False
+        stored.append(("attn_mask", attn_mask))
+    elif mask == "bool3d":
+        attn_mask = torch.rand(nb * H, T, S) < 0.4
+        for bh in range(nb * H):
+            for i in range(T):
+                attn_mask[bh, i, (i + bh) % S] = False
+        stored.append(("attn_mask", attn_mask))
+    elif mask == "float2d":
+        attn_mask = 0.5 * torch.randn(T, S)
+        attn_mask[0, S - 1] = -math.inf
+        attn_mask[T - 1, 0] = -math.inf
+        stored.append(("attn_mask", attn_mask))
+    key_padding_mask = None
+    if kpm is not None:
+        pad = torch.zeros(nb, S, dtype=torch.bool)
+        pad[0, S - 1] = True
+        if nb > 1:
+            pad[1, S - 2:] = True
+        if kpm == "bool":
+            key_padding_mask = pad
+        else:
+            key_padding_mask = (0.5 * torch.randn(nb, S)).masked_fill(pad, -math.inf)
+        if unbatched:
+            key_padding_mask = key_padding_mask[0]
+        stored.append(("key_padding_mask", key_padding_mask))
+
+    out, w = mha(query, key, value, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
+                 need_weights=True, average_attn_weights=False)
+    _, w_avg = mha(query, key, value, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
+                   need_weights=True, average_attn_weights=True)
+    assert torch.isfinite(out).all() and torch.isfinite(w).all()
+    upstream = torch.randn_like(out)
+    loss = (out * upstream).sum()
+    tensors = list(named_inputs)
+    tensors += [("param." + n, p) for n, p in mha.state_dict().items()]
+    tensors += stored
+    tensors += [("upstream", upstream), ("output", out), ("weights", w), ("weights_avg", w_avg)]
+    tensors += grads_of(loss, named_inputs, mha)
+    return name, tensors, meta
+
+
+class LayerNormNoBias(nn.Module):
+    """nn.LayerNorm(E, bias=False) of torch >= 2.1 (and nanoGPT's LayerNorm): weight only."""
+
+    def __init__(self, E, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(E))
+        self.eps = eps
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, None, self.eps)
+
+
+class BlockNoBias(nn.Module):
+    """Block without any bias parameter (GPT-2 / nanoGPT bias=False): names as xgrad's
+    TransformerBlock(TransformerBlockOptions(E, H, hidden).bias(false))."""
+
+    def __init__(self, E, H, hidden, gelu="none"):
+        super().__init__()
+        self.gelu = gelu
+        self.ln1 = LayerNormNoBias(E)
+        self.attn = nn.MultiheadAttention(E, H, dropout=0.0, bias=False, batch_first=True)
+        self.ln2 = LayerNormNoBias(E)
+        self.ff = nn.Module()
+        self.ff.fc1 = nn.Linear(E, hidden, bias=False)
+        self.ff.fc2 = nn.Linear(hidden, E, bias=False)
+
+    def forward(self, x, attn_mask=None):
+        h = self.ln1(x)
+        a, w = self.attn(h, h, h, attn_mask=attn_mask, need_weights=True,
+                         average_attn_weights=False)
+        x = x + a
+        return x + self.ff.fc2(F.gelu(self.ff.fc1(self.ln2(x)), approximate=self.gelu)), w
+
+
+def block_nobias_fixture(name, seed, B=2, T=4, E=8, H=2, hidden=16, gelu="none"):
+    torch.manual_seed(seed)
+    block = BlockNoBias(E, H, hidden, gelu)
+    randomize_(block)
+    x = torch.randn(B, T, E, requires_grad=True)
+    attn_mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    out, w = block(x, attn_mask=attn_mask)
+    upstream = torch.randn_like(out)
+    loss = (out * upstream).sum()
+    tensors = [("x", x), ("ref.causal_mask", attn_mask)]
+    tensors += [("param." + n, p) for n, p in block.state_dict().items()]
+    tensors += [("upstream", upstream), ("output", out), ("weights", w)]
+    tensors += grads_of(loss, [("x", x)], block)
+    meta = {"kind": "transformer_block", "embed_dim": E, "num_heads": H, "ff_hidden": hidden,
+            "is_causal": 1, "bias": 0, "gelu_approximate": gelu}
+    return name, tensors, meta
+
+
+def mha_api_fixtures():
+    return [
+        mha_api_fixture("unbatched_self", 21, unbatched=True, self_attn=True, T=5, mask="float2d"),
+        mha_api_fixture("unbatched_cross", 22, unbatched=True, T=3, S=5, kdim=5, vdim=3,
+                        mask="bool3d", kpm="bool"),
+        mha_api_fixture("unbatched_self_causal", 23, unbatched=True, self_attn=True, T=4,
+                        causal=True),
+        mha_api_fixture("bias_kv", 24, T=3, S=5, add_bias_kv=True, mask="bool2d", kpm="bool"),
+        mha_api_fixture("zero_attn", 25, self_attn=True, T=4, add_zero_attn=True, mask="bool3d",
+                        kpm="bool"),
+        mha_api_fixture("bias_kv_zero_attn", 26, T=4, S=5, kdim=5, vdim=3, add_bias_kv=True,
+                        add_zero_attn=True, mask="float2d", kpm="bool"),
+        mha_api_fixture("bias_kv_zero_attn_causal", 27, self_attn=True, T=5, add_bias_kv=True,
+                        add_zero_attn=True, causal=True, bias=False),
+        mha_api_fixture("float_kpm", 28, T=3, S=5, kpm="float"),
+        mha_api_fixture("float_kpm_self", 29, self_attn=True, T=4, kpm="float"),
+        mha_api_fixture("unbatched_float_kpm_bias_kv_zero_attn", 30, unbatched=True, T=3, S=4,
+                        add_bias_kv=True, add_zero_attn=True, kpm="float"),
+        block_nobias_fixture("block_no_bias", 31),
+        block_nobias_fixture("block_no_bias_gelu_tanh", 32, gelu="tanh"),
+    ]
 
 
 if __name__ == "__main__":

@@ -784,7 +784,7 @@ void run(Ctx& c) {
       static const double drops[] = {0.0, 0.0, 0.0, 0.0, 0.25, 0.9, 1.0, -0.5, kNaN};
       const double p = drops[in.pick(9)];
       Rng init(c.rng());
-      auto mha = std::make_unique<MultiHeadAttention>(E, H, bias, p, init, kdim, vdim);
+      auto mha = std::make_unique<MultiHeadAttention>(MultiHeadAttentionOptions(E, H).bias(bias).dropout(p).kdim(kdim).vdim(vdim), init);
       if (std::isnan(p)) fail_unless_ignored("nan_argument", "MultiHeadAttention accepted dropout = nan");
       if (in.bit()) mha->eval();
       if (c.F == DType::Float64) mha->to(DType::Float64);
