@@ -168,9 +168,10 @@ void Optimizer::validate_state_dict(const NamedTensors& state) const {
       check_step_scalar(entry, t);
     } else {
       const Tensor& p = params_[param].second;
-      if (t.dtype() != p.dtype())
+      if (!is_float(t.dtype()))
         throw DTypeError(op + ": entry '" + entry + "' is " + describe(t) + " but parameter '" +
-                         params_[param].first + "' is " + describe(p));
+                         params_[param].first + "' is " + describe(p) +
+                         " (buffers must be float32 or float64)");
       if (t.shape() != p.shape())
         throw ShapeError(op + ": entry '" + entry + "' has shape " + shape_str(t.shape()) +
                          " but parameter '" + params_[param].first + "' has shape " +
@@ -215,8 +216,9 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
     for (std::size_t k = 0; k < nbuf; ++k) {
       const std::string prefix = kinds[k] + ".";
       if (entry.compare(0, prefix.size(), prefix) != 0) continue;
-      ParamState& st = next[index.at(entry.substr(prefix.size()))];
-      st.buffers[k] = t.detach().clone();
+      const std::size_t i = index.at(entry.substr(prefix.size()));
+      ParamState& st = next[i];
+      st.buffers[k] = t.detach().to(params_[i].second.dtype()).clone();
       st.initialized = true;
       // Without a tracked count, a loaded state counts as already updated once.
       if (!tracks_param_step()) st.step = 1;
