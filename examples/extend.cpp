@@ -63,7 +63,8 @@ int main(int argc, char** argv) {
   CLI::App app{"extend: a user-defined op (swish), gradchecked and trained in a model"};
   examples::CommonOptions opt;
   opt.steps = 300;
-  examples::add_common_options(app, opt);
+  examples::RunConfig run("extend");  // extend keeps no checkpoint: --resume is refused
+  examples::add_common_options(app, opt, run);
   CLI11_PARSE(app, argc, argv);
   try {
     if (opt.resume) throw ValueError("--resume: extend trains for a few seconds and keeps no checkpoint");
