@@ -326,6 +326,13 @@ inline std::string run_gnuplot(const std::string& script) {
   return "gnuplot " + how + (lines.empty() ? std::string(", no output") : ": " + lines);
 }
 
+// A gnuplot single-quoted string: quotes inside are doubled ('it''s').
+inline std::string gp_quote(const std::string& text) {
+  std::string q = "'";
+  for (char c : text) q += c == '\'' ? std::string("''") : std::string(1, c);
+  return q + "'";
+}
+
 // The PNG pictures of a run. Nothing is drawn with --no-plots; after the first failure the
 // other pictures are skipped (one warning on stderr). `written` lists what was drawn.
 class Plots {
@@ -359,7 +366,7 @@ inline std::string wrote_line(const std::string& dir, const std::vector<std::str
 // Training loss per step and held-out accuracy per evaluation.
 inline std::string curves_script(const std::string& png, const std::vector<std::pair<long, double>>& loss,
                                  const std::vector<std::pair<long, double>>& accuracy) {
-  std::string s = "set terminal pngcairo size 900,500\nset output '" + png + "'\n"
+  std::string s = "set terminal pngcairo size 900,500\nset output " + gp_quote(png) + "\n"
                   "set termoption noenhanced\nset xlabel 'step'\nset ylabel 'loss'\nset logscale y\nset format y '%g'\nset y2label 'held-out exact match'\n"
                   "set y2range [0:1]\nset ytics nomirror\nset y2tics\nset grid\nset key top right\n"
                   "plot '-' with lines title 'training loss', '-' axes x1y2 with linespoints title 'held-out exact match'\n";
@@ -390,7 +397,7 @@ inline std::string attention_script(const std::string& png, const std::vector<xg
     return t + ")";
   };
   std::string s = "set terminal pngcairo size " + std::to_string(320 * H) + "," + std::to_string(320 * L + 40) +
-                  "\nset termoption noenhanced\nset output '" + png + "'\nset multiplot layout " + std::to_string(L) + "," +
+                  "\nset termoption noenhanced\nset output " + gp_quote(png) + "\nset multiplot layout " + std::to_string(L) + "," +
                   std::to_string(H) + " title '" + title + "'\n"
                   "set palette defined (0 'white', 1 '#3060c0')\nset cbrange [0:1]\nunset colorbox\n"
                   "set xtics " + tics(key_labels) + " font ',7'\nset ytics " + tics(query_labels) + " font ',7'\n"

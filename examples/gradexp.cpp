@@ -170,8 +170,8 @@ int main(int argc, char** argv) {
     examples::Plots plots(!opt.no_plots);
     {
       const std::string png = opt.out + "/grad_norms.png";
-      std::string s = "set terminal pngcairo size 900,500 noenhanced\nset output '" + png +
-                      "'\nset style fill solid\nset boxwidth 0.7\nset logscale y\n"
+      std::string s = "set terminal pngcairo size 900,500 noenhanced\nset output " + examples::gp_quote(png) +
+                      "\nset style fill solid\nset boxwidth 0.7\nset logscale y\n"
                       "set xtics rotate by -45 font ',8'\nset ylabel 'gradient norm'\nset title 'per-layer gradient norms'\n"
                       "plot '-' using 0:2:xtic(1) with boxes notitle\n";
       for (auto& [layer, sq] : layer_sq) s += "\"" + layer + "\" " + std::to_string(std::sqrt(sq)) + "\n";
