@@ -1,5 +1,5 @@
-// Shared by the training examples: command line, progress bar, metrics file and plots.
-// Plots are drawn by gnuplot (Debian's gnuplot-nox), driven through a pipe.
+// Shared by the training examples: command line, progress bar, training loop, metrics file
+// and plots. Plots are drawn by gnuplot (Debian's gnuplot-nox) from a temporary script file.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -109,7 +109,7 @@ class RunConfig {
                    const CLI::Validator& check) {
     CLI::Option* o = app.add_option(name, var, help)->capture_default_str()->transform(check);
     T* p = &var;
-    entries_.push_back({name, o, [p] { return nlohmann::json(*p); },
+    entries_.push_back({name, o, check, [p] { return nlohmann::json(*p); },
                         [p](const nlohmann::json& j) { *p = j.get<T>(); }});
     return o;
   }
@@ -152,19 +152,20 @@ class RunConfig {
         take.emplace_back(&e, *it);
       }
     }
+    // The stored values pass the options' own checks before any is taken.
     for (auto& [e, value] : take) {
-      try {
-        e->set(value);
-      } catch (const nlohmann::json::exception&) {
-        fail("the stored " + e->name + " " + value.dump() + " has the wrong type");
-      }
+      std::string text = value.dump();
+      const std::string problem = value.is_number() ? e->check(text) : "not a number";
+      if (!problem.empty()) fail("the stored " + e->name + " " + value.dump() + " is invalid: " + problem);
     }
+    for (auto& [e, value] : take) e->set(value);
   }
 
  private:
   struct Entry {
     std::string name;
     CLI::Option* option;
+    CLI::Validator check;
     std::function<nlohmann::json()> get;
     std::function<void(const nlohmann::json&)> set;
   };

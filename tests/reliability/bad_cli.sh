@@ -107,6 +107,9 @@ cmp -s "$ck_reverse" "$work/no_history/checkpoint.safetensors" && { echo "setup:
 # A checkpoint of an earlier version: no stored run configuration (same-length rename).
 mkdir -p "$work/no_config" && perl -0777 -pe 's/"run_config":/"run_c0nfig":/' "$ck_reverse" > "$work/no_config/checkpoint.safetensors"
 cmp -s "$ck_reverse" "$work/no_config/checkpoint.safetensors" && { echo "setup: could not edit the metadata"; exit 1; }
+# A stored option out of range (a hand-edited file): --batch 4 -> 0, same length.
+mkdir -p "$work/bad_config" && perl -0777 -pe 's/\\"--batch\\":4/\\"--batch\\":0/' "$ck_reverse" > "$work/bad_config/checkpoint.safetensors"
+cmp -s "$ck_reverse" "$work/bad_config/checkpoint.safetensors" && { echo "setup: could not edit the stored --batch"; exit 1; }
 mkdir -p "$work/ckdir/checkpoint.safetensors"      # the checkpoint path is a directory
 # A gnuplot that fails with its own message, and a PATH without gnuplot.
 mkdir -p "$work/badgnuplot" && printf '#!/bin/sh\necho "fake gnuplot: cannot open font Sans" >&2\nexit 3\n' > "$work/badgnuplot/gnuplot"
@@ -202,6 +205,7 @@ expect_code 2 "reverse: --resume, different --layers"    '--layers 1 differs fro
 expect_code 2 "reverse: --resume, different --lr"        '--lr 0.01 differs from the stored run.s --lr 0.003'  -- "$ex/reverse" --resume --lr 0.01 --no-plots --out "$work/fixture/reverse"
 expect_code 2 "sort: --resume, different --length"       '--length 4 differs from the stored run.s --length 8' -- "$ex/sort" --resume --length 4 --no-plots --out "$work/fixture/sort"
 expect_code 2 "sort: --resume, different --batch"        '--batch 64 differs from the stored run.s --batch 4'  -- "$ex/sort" --resume --batch 64 --no-plots --out "$work/fixture/sort"
+expect_code 2 "reverse: --resume, stored --batch 0"      'the stored --batch 0 is invalid: 0 is out of range' -- "$ex/reverse" --resume --no-plots --out "$work/bad_config"
 expect_code 2 "reverse: --resume, no stored configuration" "no 'example' / 'run_config' metadata" -- "$ex/reverse" --resume --no-plots --out "$work/no_config"
 expect_fail "reverse: --resume, checkpoint is a directory" 'checkpoint\.safetensors' -- "$ex/reverse" --resume --no-plots --out "$work/ckdir"
 expect_fail "reverse: --resume, metadata without history" 'history'               -- "$ex/reverse" --resume --no-plots --out "$work/no_history"
