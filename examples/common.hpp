@@ -186,18 +186,30 @@ struct CommonOptions {
 
 constexpr long kMaxSteps = 1000000000;
 
-// --steps, --seed and --eval-every define the run (tracked by `run`); the others are free.
-inline void add_common_options(CLI::App& app, CommonOptions& o, RunConfig& run) {
+// --steps, --seed, --threads and --out, for every example (extend has only these); with a
+// RunConfig, --steps and --seed are tracked.
+inline void add_basic_options(CLI::App& app, CommonOptions& o, RunConfig* run = nullptr) {
   app.formatter(std::make_shared<HelpFormatter>());
-  run.add(app, "--steps", o.steps, "maximum training steps (the learning-rate schedule derives from it)",
-          whole_number(1, kMaxSteps));
-  run.add(app, "--seed", o.seed, "random seed (model init and data)",
-          whole_number(0, std::numeric_limits<std::uint64_t>::max()));
+  auto option = [&](const std::string& name, auto& var, const std::string& help, const CLI::Validator& check) {
+    if (run) return run->add(app, name, var, help, check);
+    return app.add_option(name, var, help)->capture_default_str()->transform(check);
+  };
+  option("--steps", o.steps, run ? "maximum training steps (the learning-rate schedule derives from it)" : "training steps",
+         whole_number(1, kMaxSteps));
+  option("--seed", o.seed, "random seed (model init and data)", whole_number(0, std::numeric_limits<std::uint64_t>::max()));
   app.add_option("--threads", o.threads,
                  "threads for ops (GEMM blocks, attention heads); results do not depend on it")
       ->transform(whole_number(1, 256))
       ->default_str("decided at run time: XGRAD_NUM_THREADS if set, else one per core");
-  app.add_option("--out", o.out, "output directory (metrics.json, PNGs, checkpoint)")->capture_default_str();
+  app.add_option("--out", o.out, run ? "output directory (metrics.json, PNGs, checkpoint)" : "output directory (metrics.json)")
+      ->capture_default_str();
+}
+
+// The training examples' options: the basic ones, --resume, --eval-every, --no-plots and
+// --stop-after. --steps, --seed and --eval-every define the run (tracked by `run`); the
+// others are free.
+inline void add_common_options(CLI::App& app, CommonOptions& o, RunConfig& run) {
+  add_basic_options(app, o, &run);
   app.add_flag("--resume", o.resume,
                "continue the run stored in <out>/checkpoint.safetensors; options not given take "
                "the stored values, a different --steps, --seed, model size, ... is refused");

@@ -191,7 +191,7 @@ expect_fail "extend: --out is a regular file"            'regular_file|directory
 expect_fail "reverse: --resume with no checkpoint"       'checkpoint\.safetensors' -- "$ex/reverse" --resume --no-plots --out "$work/empty"
 expect_fail "sort: --resume with no checkpoint"          'checkpoint\.safetensors' -- "$ex/sort" --resume --no-plots --out "$work/empty"
 expect_fail "gradexp: --resume with no checkpoint"       'checkpoint\.safetensors' -- "$ex/gradexp" --resume --no-plots --out "$work/empty"
-expect_fail "extend: --resume with no checkpoint"        'checkpoint|resume'       -- "$ex/extend" --resume --out "$work/empty"
+expect_code 109 "extend: --resume (keeps no checkpoint)"  'not expected: --resume'  -- "$ex/extend" --resume --out "$work/empty"
 expect_fail "reverse: --resume, checkpoint is text"      'checkpoint\.safetensors' -- "$ex/reverse" --resume --no-plots --out "$work/garbage"
 expect_fail "reverse: --resume, checkpoint truncated"    'checkpoint\.safetensors' -- "$ex/reverse" --resume --no-plots --out "$work/truncated"
 expect_fail "sort: --resume, checkpoint of 0 bytes"      'checkpoint\.safetensors' -- "$ex/sort" --resume --no-plots --out "$work/zero"
