@@ -1,21 +1,177 @@
-// Shared by the training examples: command line, progress bar, metrics file and plots.
-// Plots are drawn by gnuplot (Debian's gnuplot-nox), driven through a pipe.
+// Shared by the training examples: command line, progress bar, training loop, metrics file
+// and plots. Plots are drawn by gnuplot (Debian's gnuplot-nox) from a temporary script file.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
 #include <xgrad/xgrad.hpp>
 
 namespace examples {
+
+// --- command-line values ------------------------------------------------------------------
+// CLI11 reports a validator's message as "--option: message".
+
+// A whole number in [lo, hi], written in decimal with an optional sign. The string is
+// rewritten in canonical form (CLI11 would read "010" as octal and wrap "-1" into an
+// unsigned option), so the value parsed is the value checked.
+inline CLI::Validator whole_number(long long lo, unsigned long long hi) {
+  const std::string span = std::to_string(lo) + " to " +
+                           (hi == std::numeric_limits<unsigned long long>::max() ? "2^64 - 1" : std::to_string(hi));
+  const std::string range = "a whole number from " + span;
+  return CLI::Validator(
+      [lo, hi, range](std::string& s) -> std::string {
+        std::size_t i = 0;
+        bool negative = false;
+        if (i < s.size() && (s[i] == '+' || s[i] == '-')) negative = s[i++] == '-';
+        if (i == s.size()) return "'" + s + "' is not a whole number; allowed: " + range;
+        unsigned long long m = 0;
+        bool too_big = false;
+        for (; i < s.size(); ++i) {
+          if (s[i] < '0' || s[i] > '9') return "'" + s + "' is not a whole number; allowed: " + range;
+          const unsigned d = unsigned(s[i] - '0');
+          if (m > (std::numeric_limits<unsigned long long>::max() - d) / 10) too_big = true;
+          else m = m * 10 + d;
+        }
+        const bool below = negative ? m != 0 && (lo >= 0 || m > 0ull - static_cast<unsigned long long>(lo))
+                                    : lo > 0 && m < static_cast<unsigned long long>(lo);
+        if (negative && m != 0 && lo >= 0) return s + " is negative; allowed: " + range;
+        if (too_big || below || (!negative && m > hi)) return s + " is out of range; allowed: " + range;
+        s = (negative && m != 0 ? "-" : "") + std::to_string(m);
+        return "";
+      },
+      span);
+}
+
+// A finite number greater than 0.
+inline CLI::Validator positive_number() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(v))
+          return "'" + s + "' is not a finite number; allowed: a number greater than 0";
+        if (!(v > 0)) return s + " is out of range; allowed: a number greater than 0";
+        return "";
+      },
+      "> 0");
+}
+
+// --help: "--steps INT:1 to 1000000000   maximum training steps ... [default: 3000]".
+class HelpFormatter : public CLI::Formatter {
+ public:
+  HelpFormatter() { column_width(40); }
+  std::string make_option_opts(const CLI::Option* o) const override {
+    return o->get_type_size() != 0 && !o->get_type_name().empty() ? " " + o->get_type_name() : "";
+  }
+  std::string make_option_desc(const CLI::Option* o) const override {
+    std::string d = o->get_description();
+    if (o->get_type_size() != 0 && !o->get_default_str().empty()) d += " [default: " + o->get_default_str() + "]";
+    if (o->get_expected_max() == 0 && !o->check_lname("help")) d += " [default: off]";
+    return d;
+  }
+};
+
+// --- the run's configuration ----------------------------------------------------------------
+
+// The options that define a training run — everything that changes its trajectory (the
+// learning-rate schedule derives from --steps, the data from --seed, ...). save_checkpoint
+// stores them in the metadata ("run_config"). With --resume, an option not given takes the
+// stored value (so `--resume --out DIR` alone continues the same run), and one given with
+// another value is refused: a resumed run is always the uninterrupted run, bit for bit.
+// Options that do not change the trajectory (--threads, --out, --no-plots, --stop-after,
+// and what an example does after training) are free.
+class RunConfig {
+ public:
+  explicit RunConfig(std::string example) : example_(std::move(example)) {}
+  const std::string& example() const { return example_; }
+
+  // Adds an option with its default shown in --help and tracks it.
+  template <class T>
+  CLI::Option* add(CLI::App& app, const std::string& name, T& var, const std::string& help,
+                   const CLI::Validator& check) {
+    CLI::Option* o = app.add_option(name, var, help)->capture_default_str()->transform(check);
+    T* p = &var;
+    entries_.push_back({name, o, check, [p] { return nlohmann::json(*p); },
+                        [p](const nlohmann::json& j) { *p = j.get<T>(); }});
+    return o;
+  }
+
+  nlohmann::json to_json() const {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& e : entries_) j[e.name] = e.get();
+    return j;
+  }
+
+  // On --resume: reads the stored configuration from `ckpt`, takes the stored value of every
+  // option not given and refuses a given one that differs. Throws IOError naming the file.
+  void resolve(const std::string& ckpt) {
+    const auto meta = xgrad::load_safetensors(ckpt).metadata;
+    auto fail = [&](const std::string& msg) { throw xgrad::IOError("--resume: " + ckpt + ": " + msg); };
+    auto ex = meta.find("example");
+    if (ex == meta.end() || meta.find("run_config") == meta.end())
+      fail("no 'example' / 'run_config' metadata (not a checkpoint of this version of " + example_ + ")");
+    if (ex->second != example_) fail("written by '" + ex->second + "', not by '" + example_ + "'");
+    nlohmann::json stored;
+    try {
+      stored = nlohmann::json::parse(meta.at("run_config"));
+    } catch (const nlohmann::json::exception&) {
+      fail("the 'run_config' metadata is not valid JSON");
+    }
+    if (!stored.is_object()) fail("the 'run_config' metadata is not a JSON object");
+    for (auto it = stored.begin(); it != stored.end(); ++it)
+      if (std::none_of(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.name == it.key(); }))
+        fail("the stored run has option " + it.key() + ", which " + example_ + " does not have");
+    std::vector<std::pair<Entry*, nlohmann::json>> take;
+    for (auto& e : entries_) {
+      auto it = stored.find(e.name);
+      if (it == stored.end()) fail("the stored run lacks option " + e.name);
+      if (e.option->count() > 0) {
+        if (e.get() != *it)
+          fail(e.name + " " + e.get().dump() + " differs from the stored run's " + e.name + " " + it->dump() +
+               " (the options of a run cannot change on resume: omit " + e.name +
+               " to continue the stored run, or start a new run in another --out)");
+      } else {
+        take.emplace_back(&e, *it);
+      }
+    }
+    // The stored values pass the options' own checks before any is taken.
+    for (auto& [e, value] : take) {
+      std::string text = value.dump();
+      const std::string problem = value.is_number() ? e->check(text) : "not a number";
+      if (!problem.empty()) fail("the stored " + e->name + " " + value.dump() + " is invalid: " + problem);
+    }
+    for (auto& [e, value] : take) e->set(value);
+  }
+
+ private:
+  struct Entry {
+    std::string name;
+    CLI::Option* option;
+    CLI::Validator check;
+    std::function<nlohmann::json()> get;
+    std::function<void(const nlohmann::json&)> set;
+  };
+  std::string example_;
+  std::vector<Entry> entries_;
+};
 
 struct CommonOptions {
   long steps = 1;             // each example sets its default
@@ -28,18 +184,47 @@ struct CommonOptions {
   long stop_after = 0;        // stop this run after N steps, as if interrupted (0 = never)
 };
 
-inline void add_common_options(CLI::App& app, CommonOptions& o) {
-  app.add_option("--steps", o.steps, "maximum training steps")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--seed", o.seed, "random seed (model init and data)");
+constexpr long kMaxSteps = 1000000000;
+
+// --steps, --seed, --threads and --out, for every example (extend has only these); with a
+// RunConfig, --steps and --seed are tracked.
+inline void add_basic_options(CLI::App& app, CommonOptions& o, RunConfig* run = nullptr) {
+  app.formatter(std::make_shared<HelpFormatter>());
+  auto option = [&](const std::string& name, auto& var, const std::string& help, const CLI::Validator& check) {
+    if (run) return run->add(app, name, var, help, check);
+    return app.add_option(name, var, help)->capture_default_str()->transform(check);
+  };
+  option("--steps", o.steps, run ? "maximum training steps (the learning-rate schedule derives from it)" : "training steps",
+         whole_number(1, kMaxSteps));
+  option("--seed", o.seed, "random seed (model init and data)", whole_number(0, std::numeric_limits<std::uint64_t>::max()));
   app.add_option("--threads", o.threads,
-                 "threads for ops (GEMM blocks, attention heads); results do not depend on it "
-                 "[default: XGRAD_NUM_THREADS, else one per core]")
-      ->check(CLI::Range(1, 256));
-  app.add_option("--out", o.out, "output directory (metrics.json, PNGs, checkpoint)");
-  app.add_flag("--resume", o.resume, "continue from <out>/checkpoint.safetensors");
-  app.add_option("--eval-every", o.eval_every, "steps between held-out evaluations")->check(CLI::PositiveNumber);
+                 "threads for ops (GEMM blocks, attention heads); results do not depend on it")
+      ->transform(whole_number(1, 256))
+      ->default_str("decided at run time: XGRAD_NUM_THREADS if set, else one per core");
+  app.add_option("--out", o.out, run ? "output directory (metrics.json, PNGs, checkpoint)" : "output directory (metrics.json)")
+      ->capture_default_str();
+}
+
+// The training examples' options: the basic ones, --resume, --eval-every, --no-plots and
+// --stop-after. --steps, --seed and --eval-every define the run (tracked by `run`); the
+// others are free.
+inline void add_common_options(CLI::App& app, CommonOptions& o, RunConfig& run) {
+  add_basic_options(app, o, &run);
+  app.add_flag("--resume", o.resume,
+               "continue the run stored in <out>/checkpoint.safetensors; options not given take "
+               "the stored values, a different --steps, --seed, model size, ... is refused");
+  run.add(app, "--eval-every", o.eval_every, "steps between held-out evaluations (and checkpoints)",
+          whole_number(1, kMaxSteps));
   app.add_flag("--no-plots", o.no_plots, "skip the PNG pictures");
-  app.add_option("--stop-after", o.stop_after, "stop after this many steps of this run (to test --resume)");
+  app.add_option("--stop-after", o.stop_after,
+                 "stop after this many steps of this run, as if interrupted (0 = never; to test --resume)")
+      ->capture_default_str()
+      ->transform(whole_number(0, kMaxSteps));
+}
+
+// After parsing: with --resume, the stored run's options (see RunConfig::resolve).
+inline void resolve_resume(const CommonOptions& o, RunConfig& run) {
+  if (o.resume) run.resolve(o.out + "/checkpoint.safetensors");
 }
 
 // One line on stderr, redrawn in place on a terminal, printed every `every` steps otherwise.
@@ -99,35 +284,121 @@ inline void write_metrics(const std::string& path, nlohmann::json j) {
   write_json(path, j);
 }
 
-// Runs a gnuplot script; false (with a warning) when gnuplot is missing or fails.
-inline bool gnuplot(const std::string& script) {
-  FILE* p = popen("gnuplot 2>&1", "w");
-  if (!p) {
-    std::cerr << "warning: cannot start gnuplot (install gnuplot-nox)\n";
-    return false;
+// Runs a gnuplot script. Returns "" on success, else what went wrong: gnuplot missing from
+// PATH, or gnuplot's exit status and its own error output (lines joined with " | ").
+inline std::string run_gnuplot(const std::string& script) {
+  bool found = false;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "";
+  for (std::size_t b = 0; !found && b <= dirs.size();) {
+    std::size_t e = dirs.find(':', b);
+    if (e == std::string::npos) e = dirs.size();
+    const std::string dir = e > b ? dirs.substr(b, e - b) : ".";
+    found = ::access((dir + "/gnuplot").c_str(), X_OK) == 0;
+    b = e + 1;
   }
-  std::fputs(script.c_str(), p);
-  const int rc = pclose(p);
-  if (rc != 0) std::cerr << "warning: gnuplot failed (exit " << rc << "): install gnuplot-nox\n";
-  return rc == 0;
+  if (!found) return "gnuplot is not installed (not found on PATH; Debian: apt-get install gnuplot-nox)";
+  std::string tmpl = (std::filesystem::temp_directory_path() / "xgrad-plot-XXXXXX").string();
+  const int fd = ::mkstemp(tmpl.data());
+  if (fd < 0) return "cannot create a temporary file for the gnuplot script: " + std::string(std::strerror(errno));
+  const bool wrote = ::write(fd, script.data(), script.size()) == ssize_t(script.size());
+  ::close(fd);
+  std::string quoted = "'";
+  for (char c : tmpl) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  quoted += "'";
+  std::string output;
+  int status = -1;
+  if (wrote) {
+    if (FILE* p = ::popen(("gnuplot " + quoted + " 2>&1").c_str(), "r")) {
+      char buf[4096];
+      std::size_t n;
+      while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) output.append(buf, n);
+      status = ::pclose(p);
+    }
+  }
+  std::remove(tmpl.c_str());
+  if (!wrote) return "cannot write the gnuplot script to " + tmpl;
+  if (status == 0) return "";
+  std::string lines;
+  std::size_t b = 0;
+  while (b < output.size()) {
+    std::size_t e = output.find('\n', b);
+    if (e == std::string::npos) e = output.size();
+    std::string line = output.substr(b, e - b);
+    b = e + 1;
+    line.erase(0, line.find_first_not_of(" \t\r"));
+    line.erase(line.find_last_not_of(" \t\r") + 1);
+    if (line.empty() || line.find_first_not_of("^ ") == std::string::npos) continue;
+    lines += (lines.empty() ? "" : " | ") + line;
+  }
+  std::string how = status == -1 ? std::string("could not be started")
+                    : WIFEXITED(status) ? "exited with status " + std::to_string(WEXITSTATUS(status))
+                    : WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
+                                          : "failed";
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) how += " (the shell could not run it)";
+  return "gnuplot " + how + (lines.empty() ? std::string(", no output") : ": " + lines);
+}
+
+// A gnuplot single-quoted string: quotes inside are doubled ('it''s').
+inline std::string gp_quote(const std::string& text) {
+  std::string q = "'";
+  for (char c : text) q += c == '\'' ? std::string("''") : std::string(1, c);
+  return q + "'";
+}
+
+// The PNG pictures of a run. Nothing is drawn with --no-plots; after the first failure the
+// other pictures are skipped (one warning on stderr). `written` lists what was drawn.
+class Plots {
+ public:
+  explicit Plots(bool enabled) : enabled_(enabled) {}
+  void draw(const std::string& png, const std::string& script) {
+    if (!enabled_ || !ok_) return;
+    const std::string problem = run_gnuplot(script);
+    if (problem.empty()) {
+      written_.push_back(std::filesystem::path(png).filename().string());
+      return;
+    }
+    ok_ = false;
+    std::cerr << "warning: no " << png << ": " << problem << "; other pictures skipped\n";
+  }
+  bool ok() const { return ok_; }
+  const std::vector<std::string>& written() const { return written_; }
+
+ private:
+  bool enabled_, ok_ = true;
+  std::vector<std::string> written_;
+};
+
+// "wrote DIR/{a,b,c}" for the files an example wrote.
+inline std::string wrote_line(const std::string& dir, const std::vector<std::string>& files) {
+  std::string s;
+  for (const auto& f : files) s += (s.empty() ? "" : ",") + f;
+  return "wrote " + dir + "/{" + s + "}";
 }
 
 // Training loss per step and held-out accuracy per evaluation.
-inline bool plot_curves(const std::string& png, const std::vector<std::pair<long, double>>& loss,
-                        const std::vector<std::pair<long, double>>& accuracy) {
-  std::string s = "set terminal pngcairo size 900,500\nset output '" + png + "'\n"
+inline std::string curves_script(const std::string& png, const std::vector<std::pair<long, double>>& loss,
+                                 const std::vector<std::pair<long, double>>& accuracy) {
+  std::string s = "set terminal pngcairo size 900,500\nset output " + gp_quote(png) + "\n"
                   "set termoption noenhanced\nset xlabel 'step'\nset ylabel 'loss'\nset logscale y\nset format y '%g'\nset y2label 'held-out exact match'\n"
                   "set y2range [0:1]\nset ytics nomirror\nset y2tics\nset grid\nset key top right\n"
                   "plot '-' with lines title 'training loss', '-' axes x1y2 with linespoints title 'held-out exact match'\n";
-  for (auto& [x, y] : loss) s += std::to_string(x) + " " + std::to_string(y) + "\n";
+  char num[64];
+  for (auto& [x, y] : loss) {
+    std::snprintf(num, sizeof num, "%ld %.9g\n", x, y);
+    s += num;
+  }
   s += "e\n";
-  for (auto& [x, y] : accuracy) s += std::to_string(x) + " " + std::to_string(y) + "\n";
+  for (auto& [x, y] : accuracy) {
+    std::snprintf(num, sizeof num, "%ld %.9g\n", x, y);
+    s += num;
+  }
   s += "e\n";
-  return gnuplot(s);
+  return s;
 }
 
 // One panel per (layer, head): weights[l] is (1, H, T, S); rows are queries, columns keys.
-inline bool plot_attention(const std::string& png, const std::vector<xgrad::Tensor>& weights,
+inline std::string attention_script(const std::string& png, const std::vector<xgrad::Tensor>& weights,
                            const std::vector<std::string>& query_labels,
                            const std::vector<std::string>& key_labels, const std::string& title) {
   const std::size_t L = weights.size(), H = weights[0].shape()[1];
@@ -139,7 +410,7 @@ inline bool plot_attention(const std::string& png, const std::vector<xgrad::Tens
     return t + ")";
   };
   std::string s = "set terminal pngcairo size " + std::to_string(320 * H) + "," + std::to_string(320 * L + 40) +
-                  "\nset termoption noenhanced\nset output '" + png + "'\nset multiplot layout " + std::to_string(L) + "," +
+                  "\nset termoption noenhanced\nset output " + gp_quote(png) + "\nset multiplot layout " + std::to_string(L) + "," +
                   std::to_string(H) + " title '" + title + "'\n"
                   "set palette defined (0 'white', 1 '#3060c0')\nset cbrange [0:1]\nunset colorbox\n"
                   "set xtics " + tics(key_labels) + " font ',7'\nset ytics " + tics(query_labels) + " font ',7'\n"
@@ -157,7 +428,7 @@ inline bool plot_attention(const std::string& png, const std::vector<xgrad::Tens
     }
   }
   s += "unset multiplot\n";
-  return gnuplot(s);
+  return s;
 }
 
 }  // namespace examples
@@ -168,8 +439,9 @@ struct TrainResult {
   long steps = 0;
   double accuracy = 0;          // held-out, at the last evaluation
   double seconds = 0;           // wall time of this run's training
+  bool saved = false;           // this run wrote the checkpoint
   nlohmann::json history = nlohmann::json::array();  // {step, loss, heldout_exact_match} per evaluation
-  std::vector<std::pair<long, double>> curve;        // per-step loss (evaluation means before a resume)
+  std::vector<std::pair<long, double>> curve;        // (step, training loss) for every step since step 1
   std::vector<std::pair<long, double>> accuracies;   // per evaluation
 };
 
@@ -177,29 +449,44 @@ struct TrainResult {
 // gradient clipping at 1, evaluation and an atomic checkpoint every opt.eval_every steps,
 // early stop at 100% held-out accuracy, and --resume from <out>/checkpoint.safetensors.
 // loss_at(step) must depend only on the step (so a resumed run sees the same data).
-inline TrainResult train(const CommonOptions& opt, long total, double peak_lr, xgrad::Module& model,
-                         xgrad::Optimizer& optimizer, const std::function<xgrad::Tensor(long)>& loss_at,
-                         const std::function<double()>& evaluate) {
+// The checkpoint's metadata holds the run's configuration (run.to_json(), checked by
+// resolve_resume before the model is built), the evaluation history and the loss of every
+// step, so a resumed run's curve and metrics are those of the uninterrupted run.
+inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long total, double peak_lr,
+                         xgrad::Module& model, xgrad::Optimizer& optimizer,
+                         const std::function<xgrad::Tensor(long)>& loss_at, const std::function<double()>& evaluate) {
   using namespace xgrad;
   const std::string ckpt = opt.out + "/checkpoint.safetensors";
   const long warmup = std::min<long>(100, total / 10);
   TrainResult r;
+  nlohmann::json losses = nlohmann::json::array();  // training loss of steps 1, 2, ...
   if (opt.resume) {
     load_checkpoint(ckpt, model, &optimizer);
     const auto meta = load_safetensors(ckpt).metadata;
-    auto it = meta.find("history");
-    if (it == meta.end())
-      throw IOError("resume: " + ckpt + " has no 'history' metadata (not written by this example)");
-    try {
-      r.history = nlohmann::json::parse(it->second);
-    } catch (const nlohmann::json::exception& e) {
-      throw IOError("resume: the 'history' metadata of " + ckpt + " is not valid JSON");
+    for (const char* key : {"history", "losses"}) {
+      auto it = meta.find(key);
+      if (it == meta.end())
+        throw IOError("resume: " + ckpt + " has no '" + key + "' metadata (not written by this example)");
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(it->second);
+      } catch (const nlohmann::json::exception&) {
+        throw IOError("resume: the '" + std::string(key) + "' metadata of " + ckpt + " is not valid JSON");
+      }
+      if (!j.is_array()) throw IOError("resume: the '" + std::string(key) + "' metadata of " + ckpt + " is not a list");
+      (std::string(key) == "history" ? r.history : losses) = std::move(j);
     }
+    if (losses.size() != std::size_t(optimizer.steps()) ||
+        !std::all_of(losses.begin(), losses.end(), [](const nlohmann::json& v) { return v.is_number(); }))
+      throw IOError("resume: the 'losses' metadata of " + ckpt + " is not one number per step (" +
+                    std::to_string(optimizer.steps()) + " steps)");
+    try {
+      for (auto& h : r.history) r.accuracies.emplace_back(h.at("step").get<long>(), h.at("heldout_exact_match").get<double>());
+    } catch (const nlohmann::json::exception&) {
+      throw IOError("resume: an entry of the 'history' metadata of " + ckpt + " lacks 'step' or 'heldout_exact_match'");
+    }
+    for (std::size_t i = 0; i < losses.size(); ++i) r.curve.emplace_back(long(i) + 1, losses[i].get<double>());
     std::cerr << "resumed from " << ckpt << " at step " << optimizer.steps() << "\n";
-  }
-  for (auto& h : r.history) {
-    r.curve.emplace_back(h["step"], h["loss"]);
-    r.accuracies.emplace_back(h["step"], h["heldout_exact_match"]);
   }
   r.accuracy = r.accuracies.empty() ? 0.0 : r.accuracies.back().second;
   r.steps = optimizer.steps();
@@ -218,6 +505,7 @@ inline TrainResult train(const CommonOptions& opt, long total, double peak_lr, x
     ++r.steps, ++since;
     running += loss.item();
     r.curve.emplace_back(r.steps, loss.item());
+    losses.push_back(loss.item());
     if (r.steps % opt.eval_every == 0 || r.steps == total) {
       r.accuracy = evaluate();
       r.history.push_back({{"step", r.steps}, {"loss", running / double(since)}, {"heldout_exact_match", r.accuracy}});
@@ -225,7 +513,9 @@ inline TrainResult train(const CommonOptions& opt, long total, double peak_lr, x
       running = 0, since = 0;
       save_checkpoint(ckpt, model, &optimizer,
                       {{"step", std::to_string(r.steps)}, {"seed", std::to_string(opt.seed)},
-                       {"history", r.history.dump()}});
+                       {"example", run.example()}, {"run_config", run.to_json().dump()},
+                       {"history", r.history.dump()}, {"losses", losses.dump()}});
+      r.saved = true;
     }
     progress.update(r.steps, loss.item(), r.accuracy);
   }

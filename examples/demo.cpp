@@ -1,10 +1,15 @@
 // demo: build a small graph, run backward, print gradients.
+#include <CLI/CLI.hpp>
+
 #include <iostream>
 
 #include "xgrad/xgrad.hpp"
 
-int main() {
+int main(int argc, char** argv) {
   using namespace xgrad;
+  CLI::App app{"demo: a small attention graph (linear, matmul, causal masked softmax), its loss and "
+               "gradients, printed; takes no options"};
+  CLI11_PARSE(app, argc, argv);
   Rng rng(0);
   Tensor x = randn({2, 3, 4}, rng);                       // (B, T, E)
   Tensor w = randn({4, 4}, rng).set_requires_grad();      // (out, in)

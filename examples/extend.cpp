@@ -63,10 +63,9 @@ int main(int argc, char** argv) {
   CLI::App app{"extend: a user-defined op (swish), gradchecked and trained in a model"};
   examples::CommonOptions opt;
   opt.steps = 300;
-  examples::add_common_options(app, opt);
+  examples::add_basic_options(app, opt);  // no checkpoint, so no --resume; no pictures
   CLI11_PARSE(app, argc, argv);
   try {
-    if (opt.resume) throw ValueError("--resume: extend trains for a few seconds and keeps no checkpoint");
     examples::setup_runtime(opt);
     std::filesystem::create_directories(opt.out);
 

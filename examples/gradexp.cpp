@@ -53,11 +53,16 @@ int main(int argc, char** argv) {
   CLI::App app{"gradexp: per-layer gradient norms, a Hessian-vector product and the top Hessian eigenvalue"};
   examples::CommonOptions opt;
   opt.steps = 300;
+  examples::RunConfig run("gradexp");
   int power_iterations = 20;
-  examples::add_common_options(app, opt);
-  app.add_option("--power-iterations", power_iterations, "power-iteration steps for the top eigenvalue");
+  examples::add_common_options(app, opt, run);
+  app.add_option("--power-iterations", power_iterations,
+                 "power-iteration steps for the top eigenvalue (after training: free on --resume)")
+      ->capture_default_str()
+      ->transform(examples::whole_number(1, 100000));
   CLI11_PARSE(app, argc, argv);
   try {
+    examples::resolve_resume(opt, run);
     examples::setup_runtime(opt);
     std::filesystem::create_directories(opt.out);
     const std::int64_t V = 8;
@@ -90,8 +95,8 @@ int main(int argc, char** argv) {
       }
       return double(ok) / double(n);
     };
-    auto run = examples::train(opt, opt.steps, 3e-3, model, optimizer, loss_at, accuracy);
-    std::cout << "trained " << run.steps << " steps: token accuracy " << 100 * run.accuracy << "%\n";
+    auto result = examples::train(opt, run, opt.steps, 3e-3, model, optimizer, loss_at, accuracy);
+    std::cout << "trained " << result.steps << " steps: token accuracy " << 100 * result.accuracy << "%\n";
 
     // Experiments in float64 on one fixed batch.
     model.to(DType::Float64);
@@ -158,21 +163,27 @@ int main(int argc, char** argv) {
     std::cout << "top Hessian eigenvalue (power iteration, " << power_iterations << " steps): " << lambda << "\n";
 
     examples::write_metrics(opt.out + "/metrics.json",
-                         {{"example", "gradexp"}, {"steps", run.steps}, {"token_accuracy", run.accuracy},
+                         {{"example", "gradexp"}, {"steps", result.steps}, {"token_accuracy", result.accuracy},
                           {"layer_grad_norms", norms}, {"hvp_relative_fd_difference", rel},
                           {"top_eigenvalue", lambda}, {"power_iteration_trace", trace},
-                          {"wall_time_seconds", run.seconds}});
-    if (!opt.no_plots) {
-      std::string s = "set terminal pngcairo size 900,500 noenhanced\nset output '" + opt.out +
-                      "/grad_norms.png'\nset style fill solid\nset boxwidth 0.7\nset logscale y\n"
+                          {"wall_time_seconds", result.seconds}});
+    examples::Plots plots(!opt.no_plots);
+    {
+      const std::string png = opt.out + "/grad_norms.png";
+      std::string s = "set terminal pngcairo size 900,500 noenhanced\nset output " + examples::gp_quote(png) +
+                      "\nset style fill solid\nset boxwidth 0.7\nset logscale y\n"
                       "set xtics rotate by -45 font ',8'\nset ylabel 'gradient norm'\nset title 'per-layer gradient norms'\n"
                       "plot '-' using 0:2:xtic(1) with boxes notitle\n";
       for (auto& [layer, sq] : layer_sq) s += "\"" + layer + "\" " + std::to_string(std::sqrt(sq)) + "\n";
       s += "e\n";
-      if (!examples::gnuplot(s)) return 1;
+      plots.draw(png, s);
     }
+    std::vector<std::string> files{"metrics.json"};
+    files.insert(files.end(), plots.written().begin(), plots.written().end());
+    if (result.saved) files.push_back("checkpoint.safetensors");
+    std::cout << examples::wrote_line(opt.out, files) << "\n";
     std::cout << "ran on: " << runtime_summary() << "\n";
-    return rel < 1e-4 ? 0 : 1;
+    return rel < 1e-4 && plots.ok() ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "gradexp: error: " << e.what() << "\n";
     return 2;

@@ -64,20 +64,25 @@ int main(int argc, char** argv) {
   CLI::App app{"reverse: a Transformer encoder learns to reverse digit sequences (lengths 1-16)"};
   examples::CommonOptions opt;
   opt.steps = 3000;
+  examples::RunConfig run("reverse");
   std::size_t batch_size = 64, heldout_size = 1000;
   double lr = 3e-3;
   TransformerConfig cfg;
   cfg.vocab_size = kVocab, cfg.max_len = kMaxLen, cfg.embed_dim = 64, cfg.num_heads = 4;
   cfg.ff_hidden = 128, cfg.num_layers = 2, cfg.dropout = 0.0;
-  examples::add_common_options(app, opt);
-  app.add_option("--batch", batch_size, "sequences per step");
-  app.add_option("--lr", lr, "peak learning rate (AdamW, warmup + cosine)");
-  app.add_option("--layers", cfg.num_layers, "Transformer blocks");
-  app.add_option("--dim", cfg.embed_dim, "embedding size");
-  app.add_option("--heads", cfg.num_heads, "attention heads");
+  examples::add_common_options(app, opt, run);
+  run.add(app, "--batch", batch_size, "sequences per step", examples::whole_number(1, 65536));
+  run.add(app, "--lr", lr, "peak learning rate (AdamW, warmup + cosine)", examples::positive_number());
+  run.add(app, "--layers", cfg.num_layers, "Transformer blocks", examples::whole_number(1, 64));
+  run.add(app, "--dim", cfg.embed_dim, "embedding size (a multiple of --heads)", examples::whole_number(1, 4096));
+  run.add(app, "--heads", cfg.num_heads, "attention heads", examples::whole_number(1, 256));
   CLI11_PARSE(app, argc, argv);
 
   try {
+    examples::resolve_resume(opt, run);
+    if (cfg.embed_dim % cfg.num_heads != 0)
+      throw ValueError("--dim " + std::to_string(cfg.embed_dim) + " is not a multiple of --heads " +
+                       std::to_string(cfg.num_heads));
     examples::setup_runtime(opt);
     cfg.seed = opt.seed;
     std::filesystem::create_directories(opt.out);
@@ -91,8 +96,8 @@ int main(int argc, char** argv) {
       Batch b = make_batch(rng, batch_size);
       return cross_entropy(model.forward(b.tokens, b.padding), b.targets);
     };
-    auto run = examples::train(opt, total, lr, model, optimizer, loss_at,
-                               [&] { return exact_match(model, heldout); });
+    auto result = examples::train(opt, run, total, lr, model, optimizer, loss_at,
+                                  [&] { return exact_match(model, heldout); });
 
     // Attention picture for one held-out example.
     Rng pick(opt.seed + 7);
@@ -107,12 +112,11 @@ int main(int argc, char** argv) {
       auto v = one.tokens.data<std::int64_t>()[t];
       labels.push_back(v == kPad ? "_" : std::to_string(v));
     }
-    bool plots_ok = true;
-    if (!opt.no_plots) {
-      plots_ok &= examples::plot_curves(opt.out + "/loss.png", run.curve, run.accuracies);
-      plots_ok &= examples::plot_attention(opt.out + "/attention.png", model.body.attention_weights(), labels,
-                                           labels, "reverse: who attends to whom (_ = padding)");
-    }
+    examples::Plots plots(!opt.no_plots);
+    plots.draw(opt.out + "/loss.png", examples::curves_script(opt.out + "/loss.png", result.curve, result.accuracies));
+    plots.draw(opt.out + "/attention.png",
+               examples::attention_script(opt.out + "/attention.png", model.body.attention_weights(), labels,
+                                          labels, "reverse: who attends to whom (_ = padding)"));
 
     nlohmann::json metrics = {
         {"example", "reverse"},
@@ -120,17 +124,20 @@ int main(int argc, char** argv) {
                     {"layers", cfg.num_layers}, {"embed_dim", cfg.embed_dim}, {"heads", cfg.num_heads},
                     {"ff_hidden", cfg.ff_hidden}, {"threads", num_threads()},
                     {"parameters", model.parameter_count()}}},
-        {"evaluations", run.history},
-        {"final_heldout_exact_match", run.accuracy},
+        {"evaluations", result.history},
+        {"final_heldout_exact_match", result.accuracy},
         {"heldout_size", heldout_size},
-        {"steps", run.steps},
-        {"wall_time_seconds", run.seconds}};
+        {"steps", result.steps},
+        {"wall_time_seconds", result.seconds}};
     examples::write_metrics(opt.out + "/metrics.json", metrics);
-    std::cout << "reverse: " << run.steps << " steps, held-out exact match " << 100 * run.accuracy
-              << "% on " << heldout_size << " sequences, " << run.seconds << " s; wrote " << opt.out
-              << "/{metrics.json,loss.png,attention.png,checkpoint.safetensors}\n";
+    std::vector<std::string> files{"metrics.json"};
+    files.insert(files.end(), plots.written().begin(), plots.written().end());
+    if (result.saved) files.push_back("checkpoint.safetensors");
+    std::cout << "reverse: " << result.steps << " steps, held-out exact match " << 100 * result.accuracy
+              << "% on " << heldout_size << " sequences, " << result.seconds << " s; "
+              << examples::wrote_line(opt.out, files) << "\n";
     std::cout << "ran on: " << runtime_summary() << "\n";
-    return plots_ok ? 0 : 1;
+    return plots.ok() ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "reverse: error: " << e.what() << "\n";
     return 2;

@@ -65,20 +65,22 @@ int main(int argc, char** argv) {
   CLI::App app{"sort: a GPT-style causal Transformer learns to sort digit sequences"};
   examples::CommonOptions opt;
   opt.steps = 3000;
+  examples::RunConfig run("sort");
   Task task;
   std::size_t batch_size = 64, heldout_size = 1000;
   double lr = 3e-3;
   TransformerConfig cfg;
   cfg.embed_dim = 64, cfg.num_heads = 4, cfg.ff_hidden = 128, cfg.num_layers = 2, cfg.dropout = 0.0;
   cfg.tied_output = true;
-  examples::add_common_options(app, opt);
-  app.add_option("--length", task.n, "digits per sequence")->check(CLI::Range(2, 32));
-  app.add_option("--batch", batch_size, "sequences per step");
-  app.add_option("--lr", lr, "peak learning rate (AdamW, warmup + cosine)");
-  app.add_option("--layers", cfg.num_layers, "Transformer blocks");
+  examples::add_common_options(app, opt, run);
+  run.add(app, "--length", task.n, "digits per sequence", examples::whole_number(2, 32));
+  run.add(app, "--batch", batch_size, "sequences per step", examples::whole_number(1, 65536));
+  run.add(app, "--lr", lr, "peak learning rate (AdamW, warmup + cosine)", examples::positive_number());
+  run.add(app, "--layers", cfg.num_layers, "Transformer blocks", examples::whole_number(1, 64));
   CLI11_PARSE(app, argc, argv);
 
   try {
+    examples::resolve_resume(opt, run);
     examples::setup_runtime(opt);
     std::filesystem::create_directories(opt.out);
     cfg.vocab_size = std::size_t(task.digits), cfg.max_len = 2 * task.n, cfg.seed = opt.seed;
@@ -91,8 +93,8 @@ int main(int argc, char** argv) {
       auto [tokens, targets] = task.batch(rng, batch_size);
       return cross_entropy(model.forward(tokens), targets);
     };
-    auto run = examples::train(opt, opt.steps, lr, model, optimizer, loss_at,
-                               [&] { return exact_match(model, task, heldout); });
+    auto result = examples::train(opt, run, opt.steps, lr, model, optimizer, loss_at,
+                                  [&] { return exact_match(model, task, heldout); });
 
     // Attention picture: one held-out sequence, teacher-forced.
     Rng pick(opt.seed + 7);
@@ -104,28 +106,30 @@ int main(int argc, char** argv) {
     }
     std::vector<std::string> labels;
     for (std::size_t t = 0; t < one.numel(); ++t) labels.push_back(std::to_string(one.data<std::int64_t>()[t]));
-    bool plots_ok = true;
-    if (!opt.no_plots) {
-      plots_ok &= examples::plot_curves(opt.out + "/loss.png", run.curve, run.accuracies);
-      plots_ok &= examples::plot_attention(opt.out + "/attention.png", model.body.attention_weights(), labels,
-                                           labels, "sort: causal attention (inputs, then sorted outputs)");
-    }
+    examples::Plots plots(!opt.no_plots);
+    plots.draw(opt.out + "/loss.png", examples::curves_script(opt.out + "/loss.png", result.curve, result.accuracies));
+    plots.draw(opt.out + "/attention.png",
+               examples::attention_script(opt.out + "/attention.png", model.body.attention_weights(), labels,
+                                          labels, "sort: causal attention (inputs, then sorted outputs)"));
     examples::write_metrics(opt.out + "/metrics.json",
                          {{"example", "sort"},
                           {"config", {{"seed", opt.seed}, {"length", task.n}, {"batch", batch_size}, {"lr", lr},
                                       {"max_steps", opt.steps}, {"layers", cfg.num_layers},
                                       {"embed_dim", cfg.embed_dim}, {"heads", cfg.num_heads},
                                       {"threads", num_threads()}, {"parameters", model.parameter_count()}}},
-                          {"evaluations", run.history},
-                          {"final_heldout_exact_match", run.accuracy},
+                          {"evaluations", result.history},
+                          {"final_heldout_exact_match", result.accuracy},
                           {"heldout_size", heldout_size},
-                          {"steps", run.steps},
-                          {"wall_time_seconds", run.seconds}});
-    std::cout << "sort: " << run.steps << " steps, held-out exact match (greedy) " << 100 * run.accuracy
-              << "% on " << heldout_size << " sequences, " << run.seconds << " s; wrote " << opt.out
-              << "/{metrics.json,loss.png,attention.png,checkpoint.safetensors}\n";
+                          {"steps", result.steps},
+                          {"wall_time_seconds", result.seconds}});
+    std::vector<std::string> files{"metrics.json"};
+    files.insert(files.end(), plots.written().begin(), plots.written().end());
+    if (result.saved) files.push_back("checkpoint.safetensors");
+    std::cout << "sort: " << result.steps << " steps, held-out exact match (greedy) " << 100 * result.accuracy
+              << "% on " << heldout_size << " sequences, " << result.seconds << " s; "
+              << examples::wrote_line(opt.out, files) << "\n";
     std::cout << "ran on: " << runtime_summary() << "\n";
-    return plots_ok ? 0 : 1;
+    return plots.ok() ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "sort: error: " << e.what() << "\n";
     return 2;

@@ -415,10 +415,11 @@ void load_checkpoint(const std::string& path, Module& model, Optimizer* opt) {
                   " nothing was loaded");
   for (auto& [name, slot] : slots) {
     const Tensor& t = *given[name];
-    if (t.dtype() != slot->dtype() || t.shape() != slot->shape())
+    if (!is_float(t.dtype()) || t.shape() != slot->shape())
       throw IOError(op + "tensor '" + name + "' is " + dtype_name(t.dtype()) + " " +
                     shape_str(t.shape()) + " but the model's parameter is " +
                     dtype_name(slot->dtype()) + " " + shape_str(slot->shape()) +
+                    (is_float(t.dtype()) ? "" : " (parameters load from F32 or F64 only)") +
                     "; nothing was loaded");
   }
   if (opt) {
@@ -435,11 +436,8 @@ void load_checkpoint(const std::string& path, Module& model, Optimizer* opt) {
   }
   NoGradGuard no_grad;
   for (auto& [name, slot] : slots) {
-    const Tensor& t = *given[name];
-    if (t.dtype() == DType::Float32)
-      std::memcpy(slot->mutable_data<float>(), t.data<float>(), sizeof(float) * t.numel());
-    else
-      std::memcpy(slot->mutable_data<double>(), t.data<double>(), sizeof(double) * t.numel());
+    const Tensor v = given[name]->to(slot->dtype());  // float32 <-> float64 when they differ
+    std::memcpy(const_cast<void*>(slot->raw_data()), v.raw_data(), v.nbytes());
   }
 }
 

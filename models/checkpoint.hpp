@@ -44,11 +44,16 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
 
 // Loads a checkpoint written by save_checkpoint into model (and opt). Validates everything
 // first — the file, the parameter names (missing and unexpected ones are listed), each
-// parameter's shape and dtype (equal to the model's; no conversion), and, when opt is
+// parameter's shape (equal to the model's) and dtype (F32 or F64), and, when opt is
 // given, the optimizer state (opt->validate_state_dict) — and throws IOError naming the
 // file and the problem; then copies the values into the existing parameter storage and
 // replaces the optimizer's state. On error the model and optimizer are unchanged. Entries
 // under "optimizer." are ignored when opt is null.
+//
+// dtype rule (the same as Module::load_parameters and torch's load_state_dict): values
+// are converted to the dtype of the parameter they land in — an F32 file loads into a
+// model converted with Module::to(Float64) and the other way round (rounded to float32) —
+// and optimizer buffers to their parameter's dtype (Optimizer::load_state_dict).
 void load_checkpoint(const std::string& path, Module& model, Optimizer* opt = nullptr);
 
 }  // namespace xgrad

@@ -90,32 +90,53 @@ DType Module::dtype() const {
   return ps.empty() ? DType::Float32 : ps.front().second.dtype();
 }
 
-void Module::load_parameters(const NamedTensors& src) {
+Module::LoadResult Module::load_parameters(const NamedTensors& src, bool strict) {
+  const std::string op = "load_parameters";
+  auto quoted = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (const auto& n : names) out += (out.empty() ? "'" : ", '") + n + "'";
+    return out;
+  };
   auto slots = parameter_slots();
-  std::set<std::string> expected;
-  for (auto& [name, slot] : slots) expected.insert(name);
+  std::map<std::string, Tensor*> by_name;
+  for (auto& [name, slot] : slots) by_name[name] = slot;
+  std::set<std::string> seen;
   std::map<std::string, const Tensor*> given;
+  LoadResult result;
   for (auto& [name, t] : src) {
-    if (!expected.count(name))
-      throw ValueError("load_parameters: unexpected parameter '" + name + "'");
-    if (!t.defined() || !is_float(t.dtype()))
-      throw DTypeError("load_parameters: parameter '" + name + "' must be a float tensor");
-    given[name] = &t;
+    if (!seen.insert(name).second)
+      throw ValueError(op + ": parameter '" + name + "' appears more than once in the source");
+    if (by_name.count(name))
+      given[name] = &t;
+    else
+      result.unexpected_keys.push_back(name);
   }
+  for (auto& [name, slot] : slots)
+    if (!given.count(name)) result.missing_keys.push_back(name);
+  if (strict && (!result.missing_keys.empty() || !result.unexpected_keys.empty()))
+    throw ValueError(op + ": parameter names do not match the model:" +
+                     (result.missing_keys.empty() ? "" : " missing " + quoted(result.missing_keys) + ";") +
+                     (result.unexpected_keys.empty() ? "" : " unexpected " + quoted(result.unexpected_keys) + ";") +
+                     " nothing was loaded (strict = false loads the matching names)");
   for (auto& [name, slot] : slots) {
     auto it = given.find(name);
-    if (it == given.end()) throw ValueError("load_parameters: missing parameter '" + name + "'");
-    if (it->second->shape() != slot->shape())
-      throw ShapeError("load_parameters: parameter '" + name + "' has shape " +
-                       shape_str(it->second->shape()) + " but the model expects " +
-                       shape_str(slot->shape()));
+    if (it == given.end()) continue;
+    const Tensor& t = *it->second;
+    if (!t.defined() || !is_float(t.dtype()))
+      throw DTypeError(op + ": parameter '" + name + "' must be a float32 or float64 tensor, got " +
+                       (t.defined() ? std::string(dtype_name(t.dtype())) : std::string("undefined")) +
+                       "; nothing was loaded");
+    if (t.shape() != slot->shape())
+      throw ShapeError(op + ": parameter '" + name + "' has shape " + shape_str(t.shape()) +
+                       " but the model expects " + shape_str(slot->shape()) + "; nothing was loaded");
   }
   NoGradGuard no_grad;
-  for (auto& entry : slots) {
-    Tensor* slot = entry.second;
-    Tensor v = given[entry.first]->detach().to(slot->dtype());
+  for (auto& [name, t] : given) {
+    Tensor* slot = by_name.at(name);
+    Tensor v = t->detach().to(slot->dtype());
     std::memcpy(const_cast<void*>(slot->raw_data()), v.raw_data(), v.nbytes());
   }
+  return result;
 }
 
 }  // namespace xgrad

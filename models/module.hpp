@@ -37,9 +37,21 @@ class Module {
   void to(DType dtype);
   DType dtype() const;                  // of the first parameter (Float32 when none)
 
-  // Copies values from `src` (names and shapes must match exactly; dtypes are converted).
-  // Validates everything first: on error nothing changes.
-  void load_parameters(const NamedTensors& src);
+  // What load_parameters skipped (torch's load_state_dict result), in model / src order.
+  struct LoadResult {
+    std::vector<std::string> missing_keys;     // parameters not in src: left unchanged
+    std::vector<std::string> unexpected_keys;  // src names that are no parameter: ignored
+  };
+
+  // Copies values from `src` into the parameters of the same name (in place, keeping each
+  // parameter's storage and dtype). Names in src must be unique. strict (default): the
+  // names must be exactly the model's (ValueError listing every missing and unexpected
+  // name); strict = false: missing and unexpected names are returned instead. Every
+  // matched value must have the parameter's shape (ShapeError) and a float dtype
+  // (DTypeError); float32 and float64 values are converted to the parameter's dtype, the
+  // same rule as load_checkpoint and torch's load_state_dict. Validates everything first:
+  // on error nothing changes.
+  LoadResult load_parameters(const NamedTensors& src, bool strict = true);
 
   // The parameter slots themselves, writable (optimizers, checkpoints, conversions).
   std::vector<std::pair<std::string, Tensor*>> parameter_slots();

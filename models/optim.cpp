@@ -4,6 +4,7 @@
 #include <set>
 #include <sstream>
 
+#include "xgrad/framework/array.hpp"
 #include "xgrad/framework/autograd.hpp"
 #include "xgrad/models/optim.hpp"
 
@@ -79,8 +80,9 @@ void Optimizer::step() {
       throw ShapeError(op + ": gradient of parameter '" + n + "' has shape " +
                        shape_str(g.shape()) + " but the parameter has shape " +
                        shape_str(p.shape()) + "; nothing was updated");
-    std::size_t bad = g.dtype() == DType::Float32 ? first_non_finite<float>(g)
-                                                  : first_non_finite<double>(g);
+    const std::size_t bad = dispatch_float(op.c_str(), g.dtype(), [&](auto zero) {
+      return first_non_finite<decltype(zero)>(g);
+    });
     if (bad < g.numel())
       throw ValueError(op + ": gradient of parameter '" + n + "' " + shape_str(g.shape()) +
                        " has the non-finite value " + num(g.to_vector()[bad]) +
@@ -166,9 +168,10 @@ void Optimizer::validate_state_dict(const NamedTensors& state) const {
       check_step_scalar(entry, t);
     } else {
       const Tensor& p = params_[param].second;
-      if (t.dtype() != p.dtype())
+      if (!is_float(t.dtype()))
         throw DTypeError(op + ": entry '" + entry + "' is " + describe(t) + " but parameter '" +
-                         params_[param].first + "' is " + describe(p));
+                         params_[param].first + "' is " + describe(p) +
+                         " (buffers must be float32 or float64)");
       if (t.shape() != p.shape())
         throw ShapeError(op + ": entry '" + entry + "' has shape " + shape_str(t.shape()) +
                          " but parameter '" + params_[param].first + "' has shape " +
@@ -213,8 +216,9 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
     for (std::size_t k = 0; k < nbuf; ++k) {
       const std::string prefix = kinds[k] + ".";
       if (entry.compare(0, prefix.size(), prefix) != 0) continue;
-      ParamState& st = next[index.at(entry.substr(prefix.size()))];
-      st.buffers[k] = t.detach().clone();
+      const std::size_t i = index.at(entry.substr(prefix.size()));
+      ParamState& st = next[i];
+      st.buffers[k] = t.detach().to(params_[i].second.dtype()).clone();
       st.initialized = true;
       // Without a tracked count, a loaded state counts as already updated once.
       if (!tracks_param_step()) st.step = 1;
@@ -278,14 +282,12 @@ void SGD::update(std::size_t i, const Tensor& p, const Tensor& g) {
   ParamState& st = state_[i];
   const bool use_buf = momentum != 0;
   const bool first = st.step == 0;
-  if (p.dtype() == DType::Float32)
-    sgd_update<float>(p.mutable_data<float>(), g.data<float>(),
-                      use_buf ? st.buffers[0].mutable_data<float>() : nullptr, p.numel(), first,
-                      lr, momentum, dampening, weight_decay, nesterov);
-  else
-    sgd_update<double>(p.mutable_data<double>(), g.data<double>(),
-                       use_buf ? st.buffers[0].mutable_data<double>() : nullptr, p.numel(), first,
-                       lr, momentum, dampening, weight_decay, nesterov);
+  dispatch_float("SGD::step", p.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    sgd_update<T>(p.mutable_data<T>(), g.data<T>(),
+                  use_buf ? st.buffers[0].mutable_data<T>() : nullptr, p.numel(), first, lr,
+                  momentum, dampening, weight_decay, nesterov);
+  });
   if (use_buf) ++st.step;
 }
 
@@ -352,14 +354,12 @@ void adam_update(T* p, const T* g, T* m, T* v, std::size_t n, std::int64_t t, do
 void Adam::update(std::size_t i, const Tensor& p, const Tensor& g) {
   ParamState& st = state_[i];
   ++st.step;
-  if (p.dtype() == DType::Float32)
-    adam_update<float>(p.mutable_data<float>(), g.data<float>(),
-                       st.buffers[0].mutable_data<float>(), st.buffers[1].mutable_data<float>(),
-                       p.numel(), st.step, lr, beta1, beta2, eps, weight_decay, decoupled_);
-  else
-    adam_update<double>(p.mutable_data<double>(), g.data<double>(),
-                        st.buffers[0].mutable_data<double>(), st.buffers[1].mutable_data<double>(),
-                        p.numel(), st.step, lr, beta1, beta2, eps, weight_decay, decoupled_);
+  dispatch_float("Adam::step", p.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    adam_update<T>(p.mutable_data<T>(), g.data<T>(), st.buffers[0].mutable_data<T>(),
+                   st.buffers[1].mutable_data<T>(), p.numel(), st.step, lr, beta1, beta2, eps,
+                   weight_decay, decoupled_);
+  });
 }
 
 // --- clipping and schedule ---------------------------------------------------------------
@@ -378,9 +378,10 @@ double squared_norm(const Tensor& g) {
   auto add = [&](const auto* p) {
     for (std::size_t j = 0, n = g.numel(); j < n; ++j) total += double(p[j]) * double(p[j]);
   };
-  if (g.dtype() == DType::Float32) add(g.data<float>());
-  else if (g.dtype() == DType::Float64) add(g.data<double>());
-  else for (double x : g.to_vector()) total += x * x;
+  if (is_float(g.dtype()))
+    dispatch_float("clip_grad_norm", g.dtype(), [&](auto zero) { add(g.data<decltype(zero)>()); });
+  else
+    for (double x : g.to_vector()) total += x * x;
   return total;
 }
 }  // namespace
@@ -404,10 +405,8 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
       Tensor g = p.grad();
       if (!g.defined()) continue;
       Tensor scaled = zeros(g.shape(), g.dtype());
-      if (g.dtype() == DType::Float32)
-        scale_into<float>(g, scaled, coef);
-      else
-        scale_into<double>(g, scaled, coef);
+      dispatch_float("clip_grad_norm", g.dtype(),
+                     [&](auto zero) { scale_into<decltype(zero)>(g, scaled, coef); });
       p.set_grad(scaled);
     }
   }

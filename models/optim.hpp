@@ -50,10 +50,12 @@ class Optimizer {
   NamedTensors state_dict() const;
   // Throws (ValueError for names and values, ShapeError, DTypeError) unless `state` is a
   // valid state for these parameters: a "step" entry, only known buffer names of known
-  // parameters, each once, of the parameter's shape and dtype, and for each parameter
-  // either all of its entries or none.
+  // parameters, each once, of the parameter's shape and of a float dtype, and for each
+  // parameter either all of its entries or none.
   void validate_state_dict(const NamedTensors& state) const;
   // validate_state_dict, then replaces the whole state with copies; on error nothing changes.
+  // Buffers are converted to their parameter's dtype (float32 <-> float64), as torch.optim's
+  // load_state_dict does, so a state saved before Module::to() loads after it.
   void load_state_dict(const NamedTensors& state);
 
  protected:

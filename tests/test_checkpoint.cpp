@@ -434,14 +434,14 @@ BOOST_AUTO_TEST_CASE(bad_optimizer_state_changes_neither_model_nor_optimizer) {
   auto removed = [&](const std::string& name) { return test::removed(good, name); };
   expect_fail(src.named_parameters(), {"no optimizer state"});
   expect_fail(replaced("optimizer.exp_avg.w", zeros({4})), {"optimizer state", "exp_avg.w", "(4)"});
-  expect_fail(replaced("optimizer.exp_avg_sq.b", zeros({2}, DType::Float64)), {"exp_avg_sq.b", "float64"});
+  expect_fail(replaced("optimizer.exp_avg_sq.b", index_tensor({0, 0}, {2})), {"exp_avg_sq.b", "int64"});
   expect_fail(removed("optimizer.step"), {"missing entry 'step'"});
   expect_fail(removed("optimizer.exp_avg.b"), {"exp_avg.b"});
   NamedTensors extra = good;
   extra.emplace_back("optimizer.momentum_buffer.w", zeros({2, 2}));
   expect_fail(extra, {"momentum_buffer.w"});
   // A wrong model tensor is reported even when the optimizer state is fine.
-  expect_fail(replaced("w", zeros({2, 2}, DType::Float64)), {"'w' is float64 (2, 2)"});
+  expect_fail(replaced("w", index_tensor({0, 0, 0, 0}, {2, 2})), {"'w' is int64 (2, 2)"});
   // And the good one loads.
   save_safetensors(path, good);
   load_checkpoint(path, m, &opt);
@@ -523,6 +523,106 @@ BOOST_AUTO_TEST_CASE(failed_save_leaves_previous_checkpoint_intact) {
   save_checkpoint(path, m, &opt);
   BOOST_TEST(test::read_bytes(path) != before);
   BOOST_TEST(dir.entries() == listing, boost::test_tools::per_element());
+}
+
+// The dtype rule of load_checkpoint, Optimizer::load_state_dict and Module::load_parameters:
+// float32 and float64 values are converted to the dtype of the parameter they land in.
+BOOST_AUTO_TEST_CASE(loads_convert_float32_and_float64_to_the_parameters_dtype) {
+  TmpDir dir;
+  for (DType saved : {DType::Float32, DType::Float64})
+    BOOST_TEST_CONTEXT("saved as " << dtype_name(saved)) {
+      const DType other = saved == DType::Float32 ? DType::Float64 : DType::Float32;
+      const std::string path = dir / "c.safetensors";
+      Tiny src(saved);
+      AdamW src_opt(src.named_parameters(), 0.01);
+      train(src, src_opt, 3);
+      save_checkpoint(path, src, &src_opt);
+
+      // A model (and its optimizer) in the other dtype loads the file, converted.
+      Tiny m(DType::Float32, 1.0);
+      m.to(other);
+      AdamW opt(m.named_parameters(), 0.01);
+      load_checkpoint(path, m, &opt);
+      const NamedTensors got = m.named_parameters(), want = src.named_parameters();
+      for (std::size_t i = 0; i < want.size(); ++i)
+        BOOST_TEST(same_bits(got[i].second, want[i].second.to(other)), want[i].first);
+      const NamedTensors state = opt.state_dict(), src_state = src_opt.state_dict();
+      BOOST_TEST_REQUIRE(state.size() == src_state.size());
+      for (std::size_t i = 0; i < state.size(); ++i) {
+        BOOST_TEST(state[i].first == src_state[i].first);
+        const Tensor& s = src_state[i].second;
+        BOOST_TEST(same_bits(state[i].second, is_float(s.dtype()) ? s.to(other) : s), state[i].first);
+      }
+      BOOST_TEST(opt.steps() == 3);
+      // The converted state keeps training in the model's dtype.
+      train(m, opt, 1);
+      BOOST_TEST(m.w.dtype() == other);
+      BOOST_TEST(opt.state_dict()[1].second.dtype() == other);
+
+      // load_parameters follows the same rule, from the file's tensors or a live model.
+      Tiny p(other, 2.0);
+      const Module::LoadResult r = p.load_parameters(load_safetensors(path).tensors, /*strict=*/false);
+      BOOST_TEST(r.missing_keys.empty());
+      BOOST_TEST(r.unexpected_keys.size() == src_state.size());  // the "optimizer." entries
+      for (std::size_t i = 0; i < want.size(); ++i)
+        BOOST_TEST(same_bits(p.named_parameters()[i].second, want[i].second.to(other)), want[i].first);
+      Tiny q(other, 3.0);
+      q.load_parameters(src.named_parameters());
+      for (std::size_t i = 0; i < want.size(); ++i)
+        BOOST_TEST(same_bits(q.named_parameters()[i].second, want[i].second.to(other)), want[i].first);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(loads_refuse_non_float_values) {
+  TmpDir dir;
+  const std::string path = dir / "c.safetensors";
+  Tiny m(DType::Float64, 0.5);
+  const NamedTensors before = snapshot(m);
+  save_safetensors(path, {{"w", index_tensor({1, 2, 3, 4}, {2, 2})}, {"b", tensor({1, 2}, {2})}});
+  BOOST_CHECK_EXCEPTION(load_checkpoint(path, m), IOError, [&](const IOError& e) {
+    return message_has(e, {"'w' is int64 (2, 2)", "float64 (2, 2)", "F32 or F64"});
+  });
+  BOOST_CHECK_EXCEPTION(m.load_parameters(load_safetensors(path).tensors), DTypeError,
+                        [&](const DTypeError& e) { return message_has(e, {"'w'", "int64"}); });
+  BOOST_TEST(same_named(m.named_parameters(), before));
+}
+
+BOOST_AUTO_TEST_CASE(load_parameters_strict_lists_names_non_strict_returns_them) {
+  Nested m;  // "enc.w" float64 (3, 2), "head" float32 (2)
+  const NamedTensors before = snapshot(m);
+  const NamedTensors src = {{"head", tensor({-1, -2}, {2}, DType::Float64)},
+                            {"extra", zeros({1})},
+                            {"enc.bias", zeros({2})}};
+  // strict (default): every missing and unexpected name, nothing loaded.
+  BOOST_CHECK_EXCEPTION(m.load_parameters(src), ValueError, [&](const ValueError& e) {
+    return message_has(e, {"load_parameters", "missing 'enc.w'", "unexpected 'extra', 'enc.bias'",
+                           "nothing was loaded"});
+  });
+  BOOST_TEST(same_named(m.named_parameters(), before));
+
+  // non-strict: the matching names load (converted), the others are returned.
+  const Module::LoadResult r = m.load_parameters(src, /*strict=*/false);
+  BOOST_CHECK(r.missing_keys == std::vector<std::string>{"enc.w"});
+  BOOST_CHECK(r.unexpected_keys == (std::vector<std::string>{"extra", "enc.bias"}));
+  BOOST_TEST(same_bits(m.head, tensor({-1, -2}, {2}, DType::Float32)));
+  BOOST_TEST(same_bits(m.enc.w, before[1].second));  // model order: "head", then "enc.w"
+
+  // Matching names are still validated, all or nothing: a bad shape after a good value.
+  const NamedTensors loaded = snapshot(m);
+  BOOST_CHECK_EXCEPTION(
+      m.load_parameters({{"head", tensor({5, 6}, {2})}, {"enc.w", zeros({2, 3})}, {"x", zeros({1})}}, false),
+      ShapeError, [&](const ShapeError& e) { return message_has(e, {"'enc.w'", "(2, 3)", "(3, 2)"}); });
+  BOOST_CHECK_EXCEPTION(m.load_parameters({{"head", index_tensor({5, 6}, {2})}}, false), DTypeError,
+                        [&](const DTypeError& e) { return message_has(e, {"'head'", "int64"}); });
+  BOOST_CHECK_EXCEPTION(m.load_parameters({{"head", zeros({2})}, {"head", ones({2})}}, false), ValueError,
+                        [&](const ValueError& e) { return message_has(e, {"'head'", "more than once"}); });
+  BOOST_TEST(same_named(m.named_parameters(), loaded));
+
+  // Exactly the model's names: nothing missing or unexpected, strict or not.
+  const Module::LoadResult all = m.load_parameters(before, false);
+  BOOST_TEST(all.missing_keys.empty());
+  BOOST_TEST(all.unexpected_keys.empty());
+  BOOST_TEST(same_named(m.named_parameters(), before));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

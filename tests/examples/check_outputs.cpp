@@ -2,10 +2,16 @@
 //   check_outputs run DIR [--no-plots]   metrics.json parses, evaluation losses decrease,
 //                                        PNGs are PNGs, the checkpoint loads
 //   check_outputs same CKPT_A CKPT_B      two checkpoints hold bit-identical tensors
+//   check_outputs same-run DIR_A DIR_B    two runs (e.g. uninterrupted and resumed) are the
+//                                        same: checkpoint tensors, the checkpoint metadata
+//                                        (run_config, history, per-step losses), metrics.json
+//                                        but wall time, threads and runtime, loss.png bytes
 #include <nlohmann/json.hpp>
 
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <stdexcept>
 #include <iostream>
 
 #include <xgrad/xgrad.hpp>
@@ -13,6 +19,22 @@
 static int fail(const std::string& msg) {
   std::cerr << "check_outputs: " << msg << "\n";
   return 1;
+}
+
+static std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot read " + path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+static bool same_tensors(const xgrad::NamedTensors& a, const xgrad::NamedTensors& b, std::string& why) {
+  if (a.size() != b.size()) return why = "different tensor counts", false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i].first != b[i].first || a[i].second.shape() != b[i].second.shape())
+      return why = "tensor " + a[i].first + " differs in name or shape", false;
+    if (a[i].second.to_vector() != b[i].second.to_vector()) return why = "tensor " + a[i].first + " differs", false;
+  }
+  return true;
 }
 
 static bool is_png(const std::string& path) {
@@ -23,18 +45,34 @@ static bool is_png(const std::string& path) {
 }
 
 int main(int argc, char** argv) {
-  if (argc < 3) return fail("usage: check_outputs run DIR | same A B");
+  if (argc < 3) return fail("usage: check_outputs run DIR | same A B | same-run DIR_A DIR_B");
   const std::string mode = argv[1];
   try {
     if (mode == "same" && argc == 4) {
       auto a = xgrad::load_safetensors(argv[2]).tensors, b = xgrad::load_safetensors(argv[3]).tensors;
-      if (a.size() != b.size()) return fail("different tensor counts");
-      for (std::size_t i = 0; i < a.size(); ++i) {
-        if (a[i].first != b[i].first || a[i].second.shape() != b[i].second.shape())
-          return fail("tensor " + a[i].first + " differs in name or shape");
-        if (a[i].second.to_vector() != b[i].second.to_vector()) return fail("tensor " + a[i].first + " differs");
-      }
+      std::string why;
+      if (!same_tensors(a, b, why)) return fail(why);
       std::cout << "checkpoints identical (" << a.size() << " tensors)\n";
+      return 0;
+    }
+    if (mode == "same-run" && argc == 4) {
+      const std::string da = argv[2], db = argv[3];
+      auto a = xgrad::load_safetensors(da + "/checkpoint.safetensors");
+      auto b = xgrad::load_safetensors(db + "/checkpoint.safetensors");
+      std::string why;
+      if (!same_tensors(a.tensors, b.tensors, why)) return fail(why);
+      for (const char* key : {"step", "example", "run_config", "history", "losses"})
+        if (!a.metadata.count(key) || a.metadata[key] != b.metadata[key])
+          return fail(std::string("checkpoint metadata '") + key + "' missing or different");
+      auto ma = nlohmann::json::parse(file_bytes(da + "/metrics.json"));
+      auto mb = nlohmann::json::parse(file_bytes(db + "/metrics.json"));
+      for (auto* m : {&ma, &mb}) {
+        m->erase("wall_time_seconds"), m->erase("runtime");
+        if (m->contains("config")) (*m)["config"].erase("threads");
+      }
+      if (ma != mb) return fail("metrics.json differ beyond wall time, threads and runtime");
+      if (file_bytes(da + "/loss.png") != file_bytes(db + "/loss.png")) return fail("loss.png differ");
+      std::cout << da << " and " << db << ": same run (checkpoint, per-step losses, metrics, loss.png)\n";
       return 0;
     }
     const std::string dir = argv[2];

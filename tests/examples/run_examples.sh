@@ -11,11 +11,30 @@ trap 'rm -rf "$work"' EXIT
 for name in reverse sort; do
   "$ex/$name" --steps 60 --eval-every 20 --out "$work/$name" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
   "$check" run "$work/$name"
-  # Interrupted after 20 steps, then resumed, must equal one uninterrupted 40-step run.
-  "$ex/$name" --steps 40 --eval-every 10 --out "$work/$name-full" --no-plots > /dev/null 2>&1
-  "$ex/$name" --steps 40 --eval-every 10 --out "$work/$name-resumed" --no-plots --stop-after 20 > /dev/null 2>&1
-  "$ex/$name" --steps 40 --eval-every 10 --out "$work/$name-resumed" --no-plots --resume > /dev/null 2>&1
-  "$check" same "$work/$name-full/checkpoint.safetensors" "$work/$name-resumed/checkpoint.safetensors"
+  # Interrupted after 20 steps, then resumed, must equal one uninterrupted 40-step run: the
+  # same checkpoint bits, per-step losses, metrics and loss.png. Options not given take the
+  # stored values (--steps 40, --batch 16); a given one equal to the stored one and the free
+  # ones (--threads) are accepted.
+  "$ex/$name" --steps 40 --eval-every 10 --batch 16 --out "$work/$name-full" > /dev/null 2>&1
+  "$ex/$name" --steps 40 --eval-every 10 --batch 16 --out "$work/$name-resumed" --no-plots --stop-after 20 > /dev/null 2>&1
+  # A different trajectory is refused, naming the option, the given and the stored value.
+  expect_refused() {  # PATTERN ARGS...
+    local pattern=$1
+    shift
+    if "$ex/$name" --out "$work/$name-resumed" --no-plots --resume "$@" > "$work/refused.log" 2>&1; then
+      echo "$name --resume $* was accepted"; exit 1
+    fi
+    grep -Eq -- "$pattern" "$work/refused.log" || { echo "$name --resume $*: no /$pattern/ in:"; cat "$work/refused.log"; exit 1; }
+  }
+  expect_refused '--steps 80 differs from the stored run.s --steps 40' --steps 80
+  expect_refused '--seed 1 differs from the stored run.s --seed 0' --seed 1
+  expect_refused '--batch 8 differs from the stored run.s --batch 16' --batch 8
+  expect_refused '--layers 1 differs from the stored run.s --layers 2' --layers 1
+  expect_refused '--eval-every 5 differs from the stored run.s --eval-every 10' --eval-every 5
+  "$check" same "$work/$name-full/checkpoint.safetensors" "$work/$name-resumed/checkpoint.safetensors" > /dev/null 2>&1 &&
+    { echo "$name: the interrupted run already equals the full one"; exit 1; }
+  "$ex/$name" --out "$work/$name-resumed" --resume --eval-every 10 --threads 1 > /dev/null 2>&1
+  "$check" same-run "$work/$name-full" "$work/$name-resumed"
   "$ex/$name" --help | grep -q -- --resume
   # The thread count never changes results: whole runs with 1, 2 and 4 threads, same bits.
   for t in 1 2 4; do

@@ -18,6 +18,15 @@ failed=0
 
 # expect_fail NAME PATTERN -- COMMAND...
 #   PATTERN: an extended regex the one message line must match (case-insensitive).
+# expect_code CODE NAME PATTERN -- COMMAND...: the same, and the exit code must be CODE
+#   (CLI11 rejects a value with 105, an example's error is 2, a picture not drawn 1).
+want_rc=
+expect_code() {
+  want_rc=$1
+  shift
+  expect_fail "$@"
+  want_rc=
+}
 expect_fail() {
   local name=$1 pattern=$2
   shift 3
@@ -27,6 +36,7 @@ expect_fail() {
   rc=$?
   local problems=()
   if [ "$rc" -eq 0 ]; then problems+=("exit code 0 (accepted)"); fi
+  if [ -n "$want_rc" ] && [ "$rc" -ne "$want_rc" ]; then problems+=("exit code $rc, want $want_rc"); fi
   if [ "$rc" -eq 124 ]; then problems+=("timed out"); fi
   if [ "$rc" -eq 126 ] || [ "$rc" -eq 127 ]; then problems+=("could not run the program (exit $rc)"); fi
   if [ "$rc" -ge 128 ]; then problems+=("crashed: exit code $rc (signal $((rc - 128)))"); fi
@@ -52,6 +62,30 @@ expect_fail() {
   fi
 }
 
+# expect_stdout NAME CODE PRESENT ABSENT -- COMMAND...: exit code CODE, some stdout line
+#   matches PRESENT and none matches ABSENT (extended regexes); for runs that succeed or
+#   only fail to draw.
+expect_stdout() {
+  local name=$1 want=$2 present=$3 absent=$4
+  shift 5
+  cases=$((cases + 1))
+  local out=$work/case$cases.out err=$work/case$cases.err rc problems=()
+  (cd "$work" && timeout 120 "$@") > "$out" 2> "$err"
+  rc=$?
+  [ "$rc" -eq "$want" ] || problems+=("exit code $rc, want $want")
+  grep -Eq -- "$present" "$out" || problems+=("no stdout line matches /$present/")
+  if grep -Eq -- "$absent" "$out"; then problems+=("a stdout line matches /$absent/"); fi
+  if [ ${#problems[@]} -eq 0 ]; then
+    printf 'ok    %-58s exit %3d  %s\n' "$name" "$rc" "$(grep -E -- "$present" "$out" | head -1 | cut -c1-150)"
+  else
+    failed=$((failed + 1))
+    printf 'FAIL  %-58s exit %3d\n' "$name" "$rc"
+    local p
+    for p in "${problems[@]}"; do printf '        - %s\n' "$p"; done
+    head -5 "$out" "$err" | sed 's/^/          | /'
+  fi
+}
+
 # --- fixtures: a real checkpoint of each training example, then damaged copies -------------------
 mkdir -p "$work/fixture"
 "$ex/reverse" --steps 2 --eval-every 1 --batch 4 --no-plots --out "$work/fixture/reverse" > /dev/null 2>&1 ||
@@ -70,7 +104,17 @@ mkdir -p "$work/wrong_model" && cp "$ck_sort" "$work/wrong_model/checkpoint.safe
 # A checkpoint that loads but whose metadata lacks the training history (same-length rename).
 mkdir -p "$work/no_history" && perl -0777 -pe 's/"history":/"hist0ry":/' "$ck_reverse" > "$work/no_history/checkpoint.safetensors"
 cmp -s "$ck_reverse" "$work/no_history/checkpoint.safetensors" && { echo "setup: could not edit the metadata"; exit 1; }
+# A checkpoint of an earlier version: no stored run configuration (same-length rename).
+mkdir -p "$work/no_config" && perl -0777 -pe 's/"run_config":/"run_c0nfig":/' "$ck_reverse" > "$work/no_config/checkpoint.safetensors"
+cmp -s "$ck_reverse" "$work/no_config/checkpoint.safetensors" && { echo "setup: could not edit the metadata"; exit 1; }
+# A stored option out of range (a hand-edited file): --batch 4 -> 0, same length.
+mkdir -p "$work/bad_config" && perl -0777 -pe 's/\\"--batch\\":4/\\"--batch\\":0/' "$ck_reverse" > "$work/bad_config/checkpoint.safetensors"
+cmp -s "$ck_reverse" "$work/bad_config/checkpoint.safetensors" && { echo "setup: could not edit the stored --batch"; exit 1; }
 mkdir -p "$work/ckdir/checkpoint.safetensors"      # the checkpoint path is a directory
+# A gnuplot that fails with its own message, and a PATH without gnuplot.
+mkdir -p "$work/badgnuplot" && printf '#!/bin/sh\necho "fake gnuplot: cannot open font Sans" >&2\nexit 3\n' > "$work/badgnuplot/gnuplot"
+chmod +x "$work/badgnuplot/gnuplot"
+mkdir -p "$work/nognuplot"
 printf 'a regular file\n' > "$work/regular_file"
 
 # --- command-line errors ----------------------------------------------------------------------------
@@ -90,6 +134,53 @@ expect_fail "gradexp: --threads 0"                       'threads'        -- "$e
 expect_fail "extend: unknown option --bogus"             'bogus'          -- "$ex/extend" --bogus
 expect_fail "extend: non-numeric --steps"                'steps'          -- "$ex/extend" --steps 1e9x
 
+# Values out of range: CLI11 exit code 105, one line naming the option, the value and the range.
+expect_code 105 "reverse: --steps 0"                     '^--steps: 0 is out of range; allowed: a whole number from 1 to' -- "$ex/reverse" --steps 0
+expect_code 105 "extend: --steps 0"                      '^--steps: 0 is out of range; allowed: a whole number from 1 to' -- "$ex/extend" --steps 0
+expect_code 105 "reverse: --seed -1 (no wrap to 2^64-1)" '^--seed: -1 is negative; allowed: a whole number from 0 to 2\^64 - 1' -- "$ex/reverse" --seed -1
+expect_code 105 "sort: --seed 2^64 (too large)"          '^--seed: 18446744073709551616 is out of range' -- "$ex/sort" --seed 18446744073709551616
+expect_code 105 "reverse: --batch 0"                     '^--batch: 0 is out of range; allowed: a whole number from 1 to 65536' -- "$ex/reverse" --batch 0
+expect_code 105 "sort: --batch 0"                        '^--batch: 0 is out of range; allowed: a whole number from 1 to 65536' -- "$ex/sort" --batch 0
+expect_code 105 "reverse: --batch -1 (no wrap)"          '^--batch: -1 is negative'  -- "$ex/reverse" --batch -1
+expect_code 105 "reverse: --layers 0"                    '^--layers: 0 is out of range; allowed: a whole number from 1 to 64' -- "$ex/reverse" --layers 0
+expect_code 105 "sort: --layers 0"                       '^--layers: 0 is out of range; allowed: a whole number from 1 to 64' -- "$ex/sort" --layers 0
+expect_code 105 "reverse: --dim 0"                       '^--dim: 0 is out of range'   -- "$ex/reverse" --dim 0
+expect_code 105 "reverse: --heads 0"                     '^--heads: 0 is out of range' -- "$ex/reverse" --heads 0
+expect_code 2   "reverse: --dim 30 --heads 4"            'dim 30 is not a multiple of --heads 4' -- "$ex/reverse" --dim 30 --heads 4 --steps 1 --no-plots --out "$work/dim30"
+expect_code 105 "reverse: --lr 0"                        '^--lr: 0 is out of range; allowed: a number greater than 0' -- "$ex/reverse" --lr 0
+expect_code 105 "sort: --lr nan"                         '^--lr: .nan. is not a finite number' -- "$ex/sort" --lr nan
+expect_code 105 "reverse: --stop-after -5"               '^--stop-after: -5 is negative; allowed: a whole number from 0 to' -- "$ex/reverse" --stop-after -5
+expect_code 105 "gradexp: --power-iterations -3"         '^--power-iterations: -3 is negative; allowed: a whole number from 1 to 100000' -- "$ex/gradexp" --power-iterations -3
+expect_code 105 "gradexp: --power-iterations 0"          '^--power-iterations: 0 is out of range' -- "$ex/gradexp" --power-iterations 0
+expect_code 105 "reverse: --eval-every 0"                '^--eval-every: 0 is out of range' -- "$ex/reverse" --eval-every 0
+expect_code 105 "sort: --threads 0"                      '^--threads: 0 is out of range; allowed: a whole number from 1 to 256' -- "$ex/sort" --threads 0
+expect_code 109 "demo: unknown option --bogus"           'bogus'          -- "$ex/demo" --bogus
+
+# --help: exit 0, every option with a value shows its default.
+for name in reverse sort gradexp extend; do
+  cases=$((cases + 1))
+  if help=$("$ex/$name" --help) && ! printf '%s\n' "$help" | grep -E -- '^ +--[a-z-]+ [A-Z]+' | grep -v -q -- '\[default: ' &&
+     printf '%s\n' "$help" | grep -q -- '--threads.*\[default: decided at run time'; then
+    printf 'ok    %-58s\n' "$name --help: every default shown"
+  else
+    failed=$((failed + 1))
+    printf 'FAIL  %-58s\n' "$name --help: an option without its default"
+    printf '%s\n' "$help" | grep -E -- '^ +--[a-z-]+ [A-Z]+' | grep -v -- '\[default: ' | sed 's/^/          | /'
+  fi
+done
+expect_stdout "demo --help"                    0 'Usage: .*demo' 'd loss' -- "$ex/demo" --help
+
+# What the last lines claim: no PNG with --no-plots or when gnuplot is missing or fails;
+# gnuplot missing and gnuplot failing are told apart, the latter with gnuplot's own message.
+expect_stdout "reverse --no-plots: no PNG claimed" 0 'wrote .*/\{metrics\.json,checkpoint\.safetensors\}$' 'png' -- "$ex/reverse" --steps 2 --eval-every 1 --batch 4 --no-plots --out "$work/noplots"
+expect_stdout "gradexp --no-plots: no PNG claimed" 0 'wrote .*/\{metrics\.json,checkpoint\.safetensors\}$' 'png' -- "$ex/gradexp" --steps 2 --power-iterations 1 --no-plots --out "$work/noplots_gradexp"
+expect_stdout "sort: PNGs claimed when drawn"      0 'wrote .*/\{metrics\.json,loss\.png,attention\.png,checkpoint\.safetensors\}$' 'zzz' -- "$ex/sort" --steps 2 --eval-every 1 --batch 4 --out "$work/plots"
+expect_stdout "reverse: --out with a quote, PNGs drawn" 0 "wrote .*/it's/\\{metrics\\.json,loss\\.png,attention\\.png," 'zzz' -- "$ex/reverse" --steps 2 --eval-every 1 --batch 4 --out "$work/it's"
+expect_code 1 "reverse: gnuplot missing"                 '^warning: no .*loss\.png: gnuplot is not installed' -- env PATH="$work/nognuplot" "$ex/reverse" --steps 2 --eval-every 1 --batch 4 --out "$work/nognuplot_out"
+expect_code 1 "sort: gnuplot fails"                      '^warning: no .*loss\.png: gnuplot exited with status 3: fake gnuplot: cannot open font Sans' -- env PATH="$work/badgnuplot:$PATH" "$ex/sort" --steps 2 --eval-every 1 --batch 4 --out "$work/badgnuplot_out"
+expect_code 1 "gradexp: gnuplot fails"                   'gnuplot exited with status 3: fake gnuplot' -- env PATH="$work/badgnuplot:$PATH" "$ex/gradexp" --steps 2 --power-iterations 1 --out "$work/badgnuplot_gradexp"
+expect_stdout "reverse: gnuplot missing, no PNG claimed" 1 'wrote .*/\{metrics\.json,checkpoint\.safetensors\}$' 'png' -- env PATH="$work/nognuplot" "$ex/reverse" --steps 2 --eval-every 1 --batch 4 --out "$work/nognuplot_out2"
+
 # --- output directory errors -------------------------------------------------------------------------
 expect_fail "reverse: --out is a regular file"           'regular_file|directory' -- "$ex/reverse" --steps 1 --out "$work/regular_file"
 expect_fail "sort: --out is a regular file"              'regular_file|directory' -- "$ex/sort" --steps 1 --out "$work/regular_file"
@@ -100,12 +191,22 @@ expect_fail "extend: --out is a regular file"            'regular_file|directory
 expect_fail "reverse: --resume with no checkpoint"       'checkpoint\.safetensors' -- "$ex/reverse" --resume --no-plots --out "$work/empty"
 expect_fail "sort: --resume with no checkpoint"          'checkpoint\.safetensors' -- "$ex/sort" --resume --no-plots --out "$work/empty"
 expect_fail "gradexp: --resume with no checkpoint"       'checkpoint\.safetensors' -- "$ex/gradexp" --resume --no-plots --out "$work/empty"
-expect_fail "extend: --resume with no checkpoint"        'checkpoint|resume'       -- "$ex/extend" --resume --out "$work/empty"
+expect_code 109 "extend: --resume (keeps no checkpoint)"  'not expected: --resume'  -- "$ex/extend" --resume --out "$work/empty"
 expect_fail "reverse: --resume, checkpoint is text"      'checkpoint\.safetensors' -- "$ex/reverse" --resume --no-plots --out "$work/garbage"
 expect_fail "reverse: --resume, checkpoint truncated"    'checkpoint\.safetensors' -- "$ex/reverse" --resume --no-plots --out "$work/truncated"
 expect_fail "sort: --resume, checkpoint of 0 bytes"      'checkpoint\.safetensors' -- "$ex/sort" --resume --no-plots --out "$work/zero"
 expect_fail "reverse: --resume, sort's checkpoint"       'checkpoint\.safetensors' -- "$ex/reverse" --resume --no-plots --out "$work/wrong_model"
-expect_fail "reverse: --resume, different --dim"         'checkpoint\.safetensors' -- "$ex/reverse" --resume --dim 32 --no-plots --out "$work/fixture/reverse"
+# A resume that would change the run is refused, naming the option, the given and the stored value
+# (the fixtures ran with --steps 2 --eval-every 1 --batch 4 and the defaults otherwise).
+expect_code 2 "reverse: --resume, different --dim"       'checkpoint\.safetensors: --dim 32 differs from the stored run.s --dim 64' -- "$ex/reverse" --resume --dim 32 --no-plots --out "$work/fixture/reverse"
+expect_code 2 "reverse: --resume, different --steps"     '--steps 5 differs from the stored run.s --steps 2'    -- "$ex/reverse" --resume --steps 5 --no-plots --out "$work/fixture/reverse"
+expect_code 2 "reverse: --resume, different --seed"      '--seed 9 differs from the stored run.s --seed 0'     -- "$ex/reverse" --resume --seed 9 --no-plots --out "$work/fixture/reverse"
+expect_code 2 "reverse: --resume, different --layers"    '--layers 1 differs from the stored run.s --layers 2' -- "$ex/reverse" --resume --layers 1 --no-plots --out "$work/fixture/reverse"
+expect_code 2 "reverse: --resume, different --lr"        '--lr 0.01 differs from the stored run.s --lr 0.003'  -- "$ex/reverse" --resume --lr 0.01 --no-plots --out "$work/fixture/reverse"
+expect_code 2 "sort: --resume, different --length"       '--length 4 differs from the stored run.s --length 8' -- "$ex/sort" --resume --length 4 --no-plots --out "$work/fixture/sort"
+expect_code 2 "sort: --resume, different --batch"        '--batch 64 differs from the stored run.s --batch 4'  -- "$ex/sort" --resume --batch 64 --no-plots --out "$work/fixture/sort"
+expect_code 2 "reverse: --resume, stored --batch 0"      'the stored --batch 0 is invalid: 0 is out of range' -- "$ex/reverse" --resume --no-plots --out "$work/bad_config"
+expect_code 2 "reverse: --resume, no stored configuration" "no 'example' / 'run_config' metadata" -- "$ex/reverse" --resume --no-plots --out "$work/no_config"
 expect_fail "reverse: --resume, checkpoint is a directory" 'checkpoint\.safetensors' -- "$ex/reverse" --resume --no-plots --out "$work/ckdir"
 expect_fail "reverse: --resume, metadata without history" 'history'               -- "$ex/reverse" --resume --no-plots --out "$work/no_history"
 # Bad runtime settings from the environment: an error before training, never SIGILL.
