@@ -374,18 +374,18 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
     probs = make_tensor(std::move(P));
     return make_tensor(std::move(o));
   });
-  return record(op, out, inputs, [=](const Node& n, const Tensor& g) -> std::vector<Tensor> {
-    if (is_grad_enabled()) {  // create_graph: differentiable formulas
-      const Tensor& x = n.input(0);
-      if (packed) {
-        const auto gr = composite_backward(narrow(x, 2, 0, E), narrow(x, 2, E, E), narrow(x, 2, 2 * E, Ev), g,
-                                           masks, d, scale);
-        return {concat({gr[0], gr[1], gr[2]}, 2)};
-      }
-      const auto gr = composite_backward(x, n.input(1), n.input(2), g, masks, d, scale);
-      return {n.needs_grad(0) ? gr[0] : Tensor(), n.needs_grad(1) ? gr[1] : Tensor(),
-              n.needs_grad(2) ? gr[2] : Tensor()};
+  auto differentiable = [=](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    const Tensor& x = n.input(0);
+    if (packed) {
+      const auto gr = composite_backward(narrow(x, 2, 0, E), narrow(x, 2, E, E), narrow(x, 2, 2 * E, Ev), g,
+                                         masks, d, scale);
+      return {concat({gr[0], gr[1], gr[2]}, 2)};
     }
+    const auto gr = composite_backward(x, n.input(1), n.input(2), g, masks, d, scale);
+    return {n.needs_grad(0) ? gr[0] : Tensor(), n.needs_grad(1) ? gr[1] : Tensor(),
+            n.needs_grad(2) ? gr[2] : Tensor()};
+  };
+  auto first_order = [=](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return dispatch_float(op, g.dtype(), [&](auto zero) -> std::vector<Tensor> {
       using T = decltype(zero);
       const T* q = value<T>(n.input(0)).data();
@@ -411,7 +411,8 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
         result.push_back(packed || n.needs_grad(i) ? make_tensor(std::move(grads[i])) : Tensor());
       return result;
     });
-  });
+  };
+  return record_fused(op, out, inputs, first_order, differentiable);
 }
 
 bool mask_needs_grad(const AttentionMasks& m) {
