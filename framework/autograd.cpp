@@ -52,11 +52,10 @@ thread_local const std::string* g_in_backward_of = nullptr;  // the node being d
 [[noreturn]] void anomaly(const std::string& op, const char* pass, const std::string& what,
                           const Tensor& bad, std::size_t at, const std::vector<Tensor>& inputs) {
   const double v = bad.to_vector()[at];
-  throw AnomalyError("anomaly: op '" + op + "' produced " + (std::isnan(v) ? "NaN" : "inf") + " in " +
-                     pass + " (" + what + " " + shape_str(bad.shape()) + ", flat index " +
-                     std::to_string(at) + ") from finite inputs" +
-                     (g_in_backward_of ? " while computing the backward of '" + *g_in_backward_of + "'" : "") +
-                     "; " + describe(inputs));
+  throw_error<AnomalyError>("anomaly", "op '", op, "' produced ", std::isnan(v) ? "NaN" : "inf", " in ", pass, " (", what,
+                            ' ', bad.shape(), ", flat index ", at, ") from finite inputs",
+                            g_in_backward_of ? " while computing the backward of '" + *g_in_backward_of + "'" : "",
+                            "; ", describe(inputs));
 }
 
 }  // namespace
@@ -105,9 +104,9 @@ Tensor Node::output() const {
 
 std::vector<Tensor> Node::apply(const Tensor& grad, bool create_graph) const {
   if (released_)
-    throw GraphError("backward: trying to backward through the graph a second time (at op '" +
-                     name_ + "'): its saved values were freed by the first backward; pass "
-                     "retain_graph=true to the first backward");
+    throw_error<GraphError>("backward", "trying to backward through the graph a second time (at op '", name_,
+                            "'): its saved values were freed by the first backward; pass retain_graph=true to the "
+                            "first backward");
   const std::string* outer = g_in_backward_of;
   g_in_backward_of = &name_;
   std::vector<Tensor> grads;
@@ -125,15 +124,14 @@ std::vector<Tensor> Node::apply(const Tensor& grad, bool create_graph) const {
         anomaly(name_, "backward", "gradient of input " + std::to_string(i), grads[i], at, inputs_);
     }
   if (grads.size() != inputs_.size())
-    throw GraphError("backward of '" + name_ + "' returned " + std::to_string(grads.size()) +
-                     " gradients for " + std::to_string(inputs_.size()) + " inputs");
+    throw_error<GraphError>("backward of '" + name_ + "'", "returned ", grads.size(), " gradients for ", inputs_.size(),
+                            " inputs");
   for (std::size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined() || !needs_grad(i)) continue;
     if (grads[i].shape() != inputs_[i].shape() || grads[i].dtype() != inputs_[i].dtype())
-      throw GraphError("backward of '" + name_ + "' returned a gradient " +
-                       shape_str(grads[i].shape()) + " " + dtype_name(grads[i].dtype()) +
-                       " for input " + std::to_string(i) + " of shape " +
-                       shape_str(inputs_[i].shape()) + " " + dtype_name(inputs_[i].dtype()));
+      throw_error<GraphError>("backward of '" + name_ + "'", "returned a gradient ", grads[i].shape(), ' ',
+                              dtype_name(grads[i].dtype()), " for input ", i, " of shape ", inputs_[i].shape(), ' ',
+                              dtype_name(inputs_[i].dtype()));
   }
   return grads;
 }
@@ -222,29 +220,28 @@ using Key = const void*;
 // Step 1: the upstream gradient of each output (ones for a one-element output given none).
 std::vector<Tensor> seed_gradients(const char* who, const std::vector<Tensor>& outputs,
                                    const std::vector<Tensor>& grad_outputs) {
-  if (outputs.empty()) throw ValueError(std::string(who) + ": no outputs given");
+  if (outputs.empty()) throw_error<ValueError>(who, "no outputs given");
   if (!grad_outputs.empty() && grad_outputs.size() != outputs.size())
-    throw ValueError(std::string(who) + ": " + std::to_string(grad_outputs.size()) +
-                     " grad_outputs for " + std::to_string(outputs.size()) + " outputs");
+    throw_error<ValueError>(who, grad_outputs.size(), " grad_outputs for ", outputs.size(), " outputs");
   std::vector<Tensor> seeds(outputs.size());
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& y = outputs[i];
     if (!y.defined() || !y.requires_grad())
-      throw GraphError(std::string(who) + ": output " + std::to_string(i) +
-                       " does not require grad and has no grad_fn");
+      throw_error<GraphError>(who, "output ", i, " does not require grad and has no grad_fn");
     if (grad_outputs.empty() || !grad_outputs[i].defined()) {
       if (y.numel() != 1)
-        throw ShapeError(std::string(who) + ": grad_output can be omitted only for one-element "
-                         "outputs; output " + std::to_string(i) + " has shape " +
-                         shape_str(y.shape()));
+        throw_error<ShapeError>(who, "grad_output can be omitted only for one-element outputs; output ", i,
+                                " has shape ", y.shape());
       seeds[i] = ones(y.shape(), y.dtype());
       continue;
     }
     const Tensor& g = grad_outputs[i];
-    const std::string both = std::to_string(i) + " is " + dtype_name(g.dtype()) + " " + shape_str(g.shape()) +
-                             " but the output is " + dtype_name(y.dtype()) + " " + shape_str(y.shape());
-    if (g.dtype() != y.dtype()) throw DTypeError(std::string(who) + ": grad_output " + both);
-    if (g.shape() != y.shape()) throw ShapeError(std::string(who) + ": grad_output " + both);
+    if (g.dtype() != y.dtype())
+      throw_error<DTypeError>(who, "grad_output ", i, " is ", dtype_name(g.dtype()), ' ', g.shape(),
+                              " but the output is ", dtype_name(y.dtype()), ' ', y.shape());
+    if (g.shape() != y.shape())
+      throw_error<ShapeError>(who, "grad_output ", i, " is ", g.shape(), ' ', dtype_name(g.dtype()),
+                              " but the output is ", y.shape(), ' ', dtype_name(y.dtype()));
     seeds[i] = g;
   }
   return seeds;
@@ -390,8 +387,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   std::unordered_map<Key, Tensor> targets;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined() || !inputs[i].requires_grad())
-      throw GraphError("grad: input " + std::to_string(i) +
-                       " does not require grad (masks, indices and constants have no gradient)");
+      throw_error<GraphError>("grad", "input ", i, " does not require grad (masks, indices and constants have no gradient)");
     targets[key_of(inputs[i])] = Tensor();
   }
   run_backward("grad", outputs, grad_outputs, options.retain_graph || options.create_graph,
@@ -400,9 +396,8 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     Tensor g = targets[key_of(inputs[i])];
     if (!g.defined() && !options.allow_unused)
-      throw GraphError("grad: input " + std::to_string(i) + " of shape " +
-                       shape_str(inputs[i].shape()) +
-                       " is not used to compute the outputs (pass allow_unused)");
+      throw_error<GraphError>("grad", "input ", i, " of shape ", inputs[i].shape(),
+                              " is not used to compute the outputs (pass allow_unused)");
     result.push_back(options.create_graph || !g.defined() ? g : g.detach());
   }
   return result;

@@ -13,7 +13,7 @@ static std::vector<OpInfo>& registry() {
 }
 
 void register_op(OpInfo info) {
-  if (find_op(info.name)) throw ValueError("register_op: op '" + info.name + "' registered twice");
+  if (find_op(info.name)) throw_error<ValueError>("register_op", "op '", info.name, "' registered twice");
   registry().push_back(std::move(info));
 }
 
@@ -67,7 +67,7 @@ OpCheckResult check_op(const OpInfo& op, std::uint64_t seed) {
 
 OpCheckResult check_registered_op(const std::string& name, std::uint64_t seed) {
   const OpInfo* op = find_op(name);
-  if (!op) throw ValueError("check_registered_op: no op named '" + name + "' is registered");
+  if (!op) throw_error<ValueError>("check_registered_op", "no op named '", name, "' is registered");
   return check_op(*op, seed);
 }
 
