@@ -446,8 +446,8 @@ Tensor attention_packed(const Tensor& qkv, std::size_t num_heads, const Attentio
   const char* op = "attention_packed";
   check_float(op, "qkv", qkv);
   if (qkv.dim() != 3 || num_heads == 0 || qkv.shape()[2] % (3 * num_heads) != 0)
-    throw ShapeError(std::string(op) + ": argument 'qkv' " + shape_str(qkv.shape()) +
-                     " must be (B, T, 3 * E) with E divisible by num_heads " + std::to_string(num_heads));
+    throw_error<ShapeError>(op, "argument 'qkv' ", qkv.shape(), " must be (B, T, 3 * E) with E divisible by num_heads ",
+                            num_heads);
   const std::size_t E = qkv.shape()[2] / 3;
   Dims d;
   d.B = qkv.shape()[0], d.T = d.S = qkv.shape()[1], d.H = num_heads, d.D = d.Dv = E / num_heads;

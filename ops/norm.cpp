@@ -19,7 +19,6 @@
 // differentiable ops instead, so the gradient can be differentiated again.
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <type_traits>
 #include <vector>
 
@@ -136,23 +135,17 @@ void check_affine(const Tensor& x, const char* arg, const Tensor& t) {
   if (!t.defined()) return;
   check_same_float("layer_norm", "x", x, arg, t);
   if (t.shape() != Shape{x.shape().back()})
-    throw ShapeError("layer_norm: argument '" + std::string(arg) + "' has shape " + shape_str(t.shape()) +
-                     " but must be (" + std::to_string(x.shape().back()) +
-                     "), the size of the last axis of 'x' " + shape_str(x.shape()));
+    throw_error<ShapeError>("layer_norm", "argument '", arg, "' has shape ", t.shape(), " but must be (",
+                            x.shape().back(), "), the size of the last axis of 'x' ", x.shape());
 }
 
 void check_args(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
   check_float("layer_norm", "x", x);
   if (x.dim() == 0)
-    throw ShapeError("layer_norm: argument 'x' must have at least one axis (normalised over the "
-                     "last), got shape ()");
+    throw_error<ShapeError>("layer_norm", "argument 'x' must have at least one axis (normalised over the last), got shape ()");
   check_affine(x, "weight", w);
   check_affine(x, "bias", b);
-  if (!(eps > 0)) {
-    std::ostringstream os;
-    os << "layer_norm: eps must be > 0, got " << eps << " (for 'x' " << shape_str(x.shape()) << ")";
-    throw ValueError(os.str());
-  }
+  if (!(eps > 0)) throw_error<ValueError>("layer_norm", "eps must be > 0, got ", eps, " (for 'x' ", x.shape(), ")");
 }
 
 // The gradients of the composite formula, from differentiable ops (for create_graph).

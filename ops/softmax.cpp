@@ -88,9 +88,7 @@ Tensor softmax_forward(const char* op, const Tensor& x, const Tensor* mask, std:
 //                   d/dy = U * (g - s) - g * sum(U * y, axis)
 Tensor softmax_backward(const Tensor& y, const Tensor& g, long axis) {
   check_same_float("softmax_backward", "y", y, "g", g);
-  if (y.shape() != g.shape())
-    throw ShapeError("softmax_backward: argument 'y' " + shape_str(y.shape()) + " and 'g' " +
-                     shape_str(g.shape()) + " must have one shape");
+  check_same_shape("softmax_backward", "y", y, "g", g);
   const std::size_t ax = normalize_axis("softmax_backward", axis, y.shape());
   const auto s = detail::split_at(y.shape(), ax);
   Tensor dx = dispatch_float("softmax_backward", y.dtype(), [&](auto zero) {
