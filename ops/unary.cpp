@@ -12,14 +12,7 @@
 namespace xgrad {
 namespace {
 
-template <class Fn> Tensor map(const char* op, const Tensor& x, Fn fn) {
-  check_float(op, "x", x);
-  return dispatch_float(op, x.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    xt::xarray<T> y = fn(value<T>(x), T{});
-    return make_tensor(std::move(y));
-  });
-}
+using detail::map_float;
 
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
@@ -96,7 +89,7 @@ Tensor gelu_second_derivative(const Tensor& x, GeluApproximation approximate) {
 
 // dx = g * y
 Tensor exp(const Tensor& x) {
-  Tensor y = map("exp", x, [](const auto& v, auto) { return xt::exp(v); });
+  Tensor y = map_float("exp", x, [](const auto& v, auto) { return xt::exp(v); });
   return record("exp", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {mul(g, n.output())};
   });
@@ -104,7 +97,7 @@ Tensor exp(const Tensor& x) {
 
 // dx = g / x
 Tensor log(const Tensor& x) {
-  Tensor y = map("log", x, [](const auto& v, auto) { return xt::log(v); });
+  Tensor y = map_float("log", x, [](const auto& v, auto) { return xt::log(v); });
   return record("log", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {div(g, n.input(0))};
   });
@@ -112,7 +105,7 @@ Tensor log(const Tensor& x) {
 
 // dx = g * 0.5 / y
 Tensor sqrt(const Tensor& x) {
-  Tensor y = map("sqrt", x, [](const auto& v, auto) { return xt::sqrt(v); });
+  Tensor y = map_float("sqrt", x, [](const auto& v, auto) { return xt::sqrt(v); });
   return record("sqrt", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {div(mul_scalar(g, 0.5), n.output())};
   });
@@ -120,7 +113,7 @@ Tensor sqrt(const Tensor& x) {
 
 // y = x^(-1/2);  dx = g * (-0.5) * y^3
 Tensor rsqrt(const Tensor& x) {
-  Tensor y = map("rsqrt", x, [](const auto& v, auto t) { return decltype(t)(1) / xt::sqrt(v); });
+  Tensor y = map_float("rsqrt", x, [](const auto& v, auto t) { return decltype(t)(1) / xt::sqrt(v); });
   return record("rsqrt", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     Tensor y = n.output();
     return {mul(g, mul_scalar(mul(y, mul(y, y)), -0.5))};
@@ -129,7 +122,7 @@ Tensor rsqrt(const Tensor& x) {
 
 // dx = g * (1 - y^2)
 Tensor tanh(const Tensor& x) {
-  Tensor y = map("tanh", x, [](const auto& v, auto) { return xt::tanh(v); });
+  Tensor y = map_float("tanh", x, [](const auto& v, auto) { return xt::tanh(v); });
   return record("tanh", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     Tensor y = n.output();
     return {sub(g, mul(g, mul(y, y)))};
@@ -138,7 +131,7 @@ Tensor tanh(const Tensor& x) {
 
 // y = 1 / (1 + e^-x);  dx = g * y * (1 - y)
 Tensor sigmoid(const Tensor& x) {
-  Tensor y = map("sigmoid", x, [](const auto& v, auto t) {
+  Tensor y = map_float("sigmoid", x, [](const auto& v, auto t) {
     using T = decltype(t);
     return T(1) / (T(1) + xt::exp(-v));
   });
@@ -150,9 +143,9 @@ Tensor sigmoid(const Tensor& x) {
 
 // dx = g * [x > 0]   ([x > 0] is a constant: relu'' = 0 almost everywhere)
 Tensor relu(const Tensor& x) {
-  Tensor y = map("relu", x, [](const auto& v, auto t) { return xt::maximum(v, decltype(t)(0)); });
+  Tensor y = map_float("relu", x, [](const auto& v, auto t) { return xt::maximum(v, decltype(t)(0)); });
   return record("relu", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
-    Tensor step = map("relu", n.input(0), [](const auto& v, auto t) {
+    Tensor step = map_float("relu", n.input(0), [](const auto& v, auto t) {
       using T = decltype(t);
       return xt::where(v > T(0), T(1), T(0));
     });
@@ -162,7 +155,7 @@ Tensor relu(const Tensor& x) {
 
 // dx = g * 2/sqrt(pi) * exp(-x^2)
 Tensor erf(const Tensor& x) {
-  Tensor y = map("erf", x, [](const auto& v, auto) { return xt::erf(v); });
+  Tensor y = map_float("erf", x, [](const auto& v, auto) { return xt::erf(v); });
   return record("erf", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     const Tensor& x = n.input(0);
     return {mul(g, mul_scalar(exp(neg(mul(x, x))), kTwoOverSqrtPi))};
@@ -221,9 +214,7 @@ Tensor gelu(const Tensor& x) { return gelu(x, GeluApproximation::None); }
 //   tanh:  gelu'' = (1 - t^2) u' + x (1 - t^2) (u'' - 2 t u'^2) / 2,  u'' = 6 a c x
 Tensor gelu_backward(const Tensor& x, const Tensor& g, GeluApproximation approximate) {
   check_same_float("gelu_backward", "x", x, "g", g);
-  if (x.shape() != g.shape())
-    throw ShapeError("gelu_backward: argument 'x' " + shape_str(x.shape()) + " and 'g' " + shape_str(g.shape()) +
-                     " must have one shape");
+  check_same_shape("gelu_backward", "x", x, "g", g);
   const bool exact = approximate == GeluApproximation::None;
   Tensor dx = dispatch_float("gelu_backward", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
