@@ -210,12 +210,10 @@ class GradModeScope {
 
 // A tensor's place in the graph: its node when it has one (node.output() makes a second
 // handle to the same node's output; both must share one gradient), else the leaf itself.
-const void* key_of(const Tensor& t) {
-  return t.impl()->grad_fn ? static_cast<const void*>(t.impl()->grad_fn.get())
-                           : static_cast<const void*>(t.impl());
-}
-
 using Key = const void*;
+Key key_of(const Tensor& t) {
+  return t.impl()->grad_fn ? static_cast<Key>(t.impl()->grad_fn.get()) : static_cast<Key>(t.impl());
+}
 
 // Step 1: the upstream gradient of each output (ones for a one-element output given none).
 std::vector<Tensor> seed_gradients(const char* who, const std::vector<Tensor>& outputs,
