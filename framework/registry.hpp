@@ -38,7 +38,7 @@ struct OpInfo {
 //     plain op's never need to be.
 struct OpCheckResult {
   bool ok = true;
-  std::vector<std::string> failures;  // one message per failed check: op [sample]: check: ...
+  std::vector<std::string> failures;  // one per failed check, e.g. "gradcheck(op [sample]): ..."
   std::size_t samples = 0;            // samples checked
   std::size_t fused_compared = 0;     // samples whose two backwards were compared
   explicit operator bool() const { return ok; }
