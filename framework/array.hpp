@@ -108,8 +108,7 @@ template <class T> xt::xarray<T> empty_array(const Shape& shape) {
 template <class F> decltype(auto) dispatch_float(const char* op, DType dtype, F&& f) {
   if (dtype == DType::Float32) return f(float{});
   if (dtype == DType::Float64) return f(double{});
-  throw DTypeError(std::string(op) + ": expected a float32 or float64 tensor, got " +
-                   dtype_name(dtype));
+  throw_error<DTypeError>(op, "expected a float32 or float64 tensor, got ", dtype_name(dtype));
 }
 
 }  // namespace xgrad

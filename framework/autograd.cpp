@@ -1,5 +1,6 @@
 // Graph nodes, grad modes and the backward engine (Kahn's algorithm over tensors).
 #include <cmath>
+#include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -51,27 +52,29 @@ thread_local const std::string* g_in_backward_of = nullptr;  // the node being d
 [[noreturn]] void anomaly(const std::string& op, const char* pass, const std::string& what,
                           const Tensor& bad, std::size_t at, const std::vector<Tensor>& inputs) {
   const double v = bad.to_vector()[at];
-  throw AnomalyError("anomaly: op '" + op + "' produced " + (std::isnan(v) ? "NaN" : "inf") + " in " +
-                     pass + " (" + what + " " + shape_str(bad.shape()) + ", flat index " +
-                     std::to_string(at) + ") from finite inputs" +
-                     (g_in_backward_of ? " while computing the backward of '" + *g_in_backward_of + "'" : "") +
-                     "; " + describe(inputs));
+  throw_error<AnomalyError>("anomaly", "op '", op, "' produced ", std::isnan(v) ? "NaN" : "inf", " in ", pass, " (", what,
+                            ' ', bad.shape(), ", flat index ", at, ") from finite inputs",
+                            g_in_backward_of ? " while computing the backward of '" + *g_in_backward_of + "'" : "",
+                            "; ", describe(inputs));
 }
 
 }  // namespace
 
 // --- nodes -------------------------------------------------------------------------------
 Node::Node(std::string name, std::vector<Tensor> inputs, BackwardFn backward,
-           std::shared_ptr<TensorImpl> output_value_owner)
+           std::shared_ptr<TensorImpl> output_value_owner, BackwardFn differentiable)
     : name_(std::move(name)),
       inputs_(std::move(inputs)),
       backward_(std::move(backward)),
-      output_(std::move(output_value_owner)) {}
+      differentiable_(std::move(differentiable)),
+      output_(std::move(output_value_owner)),
+      fused_(static_cast<bool>(differentiable_)) {}
 
 Node::~Node() {
   // Destroying the last handle to a long chain would otherwise recurse once per node.
   // Steal the inputs of every node we are the last owner of, then let them die flat.
   backward_ = nullptr;  // captured tensors first, so the inputs below are last owners
+  differentiable_ = nullptr;
   std::vector<Tensor> stack = std::move(inputs_);
   while (!stack.empty()) {
     Tensor t = std::move(stack.back());
@@ -80,6 +83,7 @@ Node::~Node() {
     if (impl && impl.use_count() == 1 && impl->grad_fn && impl->grad_fn.use_count() == 1) {
       Node& n = *impl->grad_fn;
       n.backward_ = nullptr;
+      n.differentiable_ = nullptr;
       for (auto& in : n.inputs_) stack.push_back(std::move(in));
       n.inputs_.clear();
     }
@@ -98,16 +102,16 @@ Tensor Node::output() const {
   return Tensor(std::move(impl));
 }
 
-std::vector<Tensor> Node::apply(const Tensor& grad) const {
+std::vector<Tensor> Node::apply(const Tensor& grad, bool create_graph) const {
   if (released_)
-    throw GraphError("backward: trying to backward through the graph a second time (at op '" +
-                     name_ + "'): its saved values were freed by the first backward; pass "
-                     "retain_graph=true to the first backward");
+    throw_error<GraphError>("backward", "trying to backward through the graph a second time (at op '", name_,
+                            "'): its saved values were freed by the first backward; pass retain_graph=true to the "
+                            "first backward");
   const std::string* outer = g_in_backward_of;
   g_in_backward_of = &name_;
   std::vector<Tensor> grads;
   try {
-    grads = backward_(*this, grad);
+    grads = create_graph && fused_ ? differentiable_(*this, grad) : backward_(*this, grad);
   } catch (...) {
     g_in_backward_of = outer;
     throw;
@@ -120,15 +124,14 @@ std::vector<Tensor> Node::apply(const Tensor& grad) const {
         anomaly(name_, "backward", "gradient of input " + std::to_string(i), grads[i], at, inputs_);
     }
   if (grads.size() != inputs_.size())
-    throw GraphError("backward of '" + name_ + "' returned " + std::to_string(grads.size()) +
-                     " gradients for " + std::to_string(inputs_.size()) + " inputs");
+    throw_error<GraphError>("backward of '" + name_ + "'", "returned ", grads.size(), " gradients for ", inputs_.size(),
+                            " inputs");
   for (std::size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined() || !needs_grad(i)) continue;
     if (grads[i].shape() != inputs_[i].shape() || grads[i].dtype() != inputs_[i].dtype())
-      throw GraphError("backward of '" + name_ + "' returned a gradient " +
-                       shape_str(grads[i].shape()) + " " + dtype_name(grads[i].dtype()) +
-                       " for input " + std::to_string(i) + " of shape " +
-                       shape_str(inputs_[i].shape()) + " " + dtype_name(inputs_[i].dtype()));
+      throw_error<GraphError>("backward of '" + name_ + "'", "returned a gradient ", grads[i].shape(), ' ',
+                              dtype_name(grads[i].dtype()), " for input ", i, " of shape ", inputs_[i].shape(), ' ',
+                              dtype_name(inputs_[i].dtype()));
   }
   return grads;
 }
@@ -136,12 +139,15 @@ std::vector<Tensor> Node::apply(const Tensor& grad) const {
 void Node::release() {
   released_ = true;
   backward_ = nullptr;
+  differentiable_ = nullptr;
   inputs_.clear();
   output_.reset();
 }
 
-Tensor record(const char* op_name, Tensor out, std::vector<Tensor> inputs, BackwardFn backward,
-              bool allow_nonfinite) {
+namespace {
+
+Tensor attach(const char* op_name, Tensor out, std::vector<Tensor> inputs, BackwardFn backward,
+              BackwardFn differentiable, bool allow_nonfinite) {
   if (g_anomaly && !allow_nonfinite) {
     const std::size_t at = first_nonfinite(out);
     bool inputs_finite = true;
@@ -153,10 +159,42 @@ Tensor record(const char* op_name, Tensor out, std::vector<Tensor> inputs, Backw
   for (const auto& t : inputs) any = any || t.requires_grad();
   if (!any) return out;
   auto node = std::make_shared<Node>(op_name, std::move(inputs), std::move(backward),
-                                     out.detach().impl_ptr());
+                                     out.detach().impl_ptr(), std::move(differentiable));
   out.impl()->grad_fn = std::move(node);
   out.impl()->requires_grad = true;
   return out;
+}
+
+}  // namespace
+
+Tensor record(const char* op_name, Tensor out, std::vector<Tensor> inputs, BackwardFn backward,
+              bool allow_nonfinite) {
+  if (!backward) throw std::logic_error(std::string("record: op '") + op_name + "' has no backward");
+  return attach(op_name, std::move(out), std::move(inputs), std::move(backward), nullptr, allow_nonfinite);
+}
+
+Tensor record_fused(const char* op_name, Tensor out, std::vector<Tensor> inputs, BackwardFn first_order,
+                    BackwardFn differentiable, bool allow_nonfinite) {
+  if (!first_order || !differentiable)
+    throw std::logic_error(std::string("record_fused: op '") + op_name + "' needs both backwards");
+  return attach(op_name, std::move(out), std::move(inputs), std::move(first_order), std::move(differentiable),
+                allow_nonfinite);
+}
+
+bool graph_has_fused_backward(const Tensor& y) {
+  if (!y.defined()) return false;
+  std::vector<const Node*> stack;
+  std::unordered_set<const Node*> seen;
+  if (const auto& node = y.impl()->grad_fn) stack.push_back(node.get());
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second) continue;
+    if (n->is_fused()) return true;
+    for (const auto& in : n->inputs())
+      if (in.defined() && in.impl()->grad_fn) stack.push_back(in.impl()->grad_fn.get());
+  }
+  return false;
 }
 
 // --- engine ------------------------------------------------------------------------------
@@ -172,86 +210,140 @@ class GradModeScope {
 
 // A tensor's place in the graph: its node when it has one (node.output() makes a second
 // handle to the same node's output; both must share one gradient), else the leaf itself.
-const void* key_of(const Tensor& t) {
-  return t.impl()->grad_fn ? static_cast<const void*>(t.impl()->grad_fn.get())
-                           : static_cast<const void*>(t.impl());
+using Key = const void*;
+Key key_of(const Tensor& t) {
+  return t.impl()->grad_fn ? static_cast<Key>(t.impl()->grad_fn.get()) : static_cast<Key>(t.impl());
 }
 
-// Runs reverse mode from outputs. When `targets` is null, leaf gradients accumulate into
-// .grad; otherwise the gradient reaching each target tensor is stored in (*targets)[impl].
-void run_backward(const char* who, const std::vector<Tensor>& outputs,
-                  const std::vector<Tensor>& grad_outputs, bool retain_graph, bool create_graph,
-                  std::unordered_map<const void*, Tensor>* targets) {
-  if (outputs.empty()) throw ValueError(std::string(who) + ": no outputs given");
+// Step 1: the upstream gradient of each output (ones for a one-element output given none).
+std::vector<Tensor> seed_gradients(const char* who, const std::vector<Tensor>& outputs,
+                                   const std::vector<Tensor>& grad_outputs) {
+  if (outputs.empty()) throw_error<ValueError>(who, "no outputs given");
   if (!grad_outputs.empty() && grad_outputs.size() != outputs.size())
-    throw ValueError(std::string(who) + ": " + std::to_string(grad_outputs.size()) +
-                     " grad_outputs for " + std::to_string(outputs.size()) + " outputs");
+    throw_error<ValueError>(who, grad_outputs.size(), " grad_outputs for ", outputs.size(), " outputs");
   std::vector<Tensor> seeds(outputs.size());
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& y = outputs[i];
     if (!y.defined() || !y.requires_grad())
-      throw GraphError(std::string(who) + ": output " + std::to_string(i) +
-                       " does not require grad and has no grad_fn");
+      throw_error<GraphError>(who, "output ", i, " does not require grad and has no grad_fn");
     if (grad_outputs.empty() || !grad_outputs[i].defined()) {
       if (y.numel() != 1)
-        throw ShapeError(std::string(who) + ": grad_output can be omitted only for one-element "
-                         "outputs; output " + std::to_string(i) + " has shape " +
-                         shape_str(y.shape()));
+        throw_error<ShapeError>(who, "grad_output can be omitted only for one-element outputs; output ", i,
+                                " has shape ", y.shape());
       seeds[i] = ones(y.shape(), y.dtype());
-    } else {
-      const Tensor& g = grad_outputs[i];
-      if (g.dtype() != y.dtype())
-        throw DTypeError(std::string(who) + ": grad_output " + std::to_string(i) + " is " +
-                         dtype_name(g.dtype()) + " " + shape_str(g.shape()) + " but the output is " +
-                         dtype_name(y.dtype()) + " " + shape_str(y.shape()));
-      if (g.shape() != y.shape())
-        throw ShapeError(std::string(who) + ": grad_output " + std::to_string(i) + " is " +
-                         shape_str(g.shape()) + " " + dtype_name(g.dtype()) +
-                         " but the output is " + shape_str(y.shape()) + " " +
-                         dtype_name(y.dtype()));
-      seeds[i] = g;
+      continue;
     }
+    const Tensor& g = grad_outputs[i];
+    if (g.dtype() != y.dtype())
+      throw_error<DTypeError>(who, "grad_output ", i, " is ", dtype_name(g.dtype()), ' ', g.shape(),
+                              " but the output is ", dtype_name(y.dtype()), ' ', y.shape());
+    if (g.shape() != y.shape())
+      throw_error<ShapeError>(who, "grad_output ", i, " is ", g.shape(), ' ', dtype_name(g.dtype()),
+                              " but the output is ", y.shape(), ' ', dtype_name(y.dtype()));
+    seeds[i] = g;
   }
+  return seeds;
+}
 
-  // 1. Discover the graph and count, for every tensor, the consumers that will send it a
-  //    gradient. `keep` holds every tensor alive while nodes release their inputs.
-  std::unordered_map<const void*, int> pending;
-  std::vector<Tensor> keep;
+// Step 2: every tensor reachable from the outputs through edges that require grad, each
+// once, and for each the number of edges into it (the consumers that will send it a
+// gradient). `tensors` keeps them all alive while nodes release their inputs.
+struct Graph {
+  std::vector<Tensor> tensors;
+  std::unordered_map<Key, int> consumers;
+};
+
+Graph discover(const std::vector<Tensor>& outputs) {
+  Graph graph;
   std::vector<Tensor> stack(outputs.begin(), outputs.end());
-  std::unordered_set<const void*> seen;
+  std::unordered_set<Key> seen;
   for (const auto& y : outputs) seen.insert(key_of(y));
   while (!stack.empty()) {
     Tensor t = std::move(stack.back());
     stack.pop_back();
     if (const auto& node = t.impl()->grad_fn) {
-      if (node->released()) node->apply(Tensor());  // throws the "second time" error
+      if (node->released()) node->apply(Tensor(), false);  // throws the "second time" error
       for (const auto& in : node->inputs()) {
         if (!in.requires_grad()) continue;
-        ++pending[key_of(in)];
+        ++graph.consumers[key_of(in)];
         if (seen.insert(key_of(in)).second) stack.push_back(in);
       }
     }
-    keep.push_back(std::move(t));
+    graph.tensors.push_back(std::move(t));
   }
+  return graph;
+}
+
+// Visits the tensors `keep` accepts in Kahn's order from the outputs: each one after all its
+// consumers. visit(t) returns the inputs of t's node (empty for a leaf), read before it may
+// release the node.
+template <class Keep, class Visit>
+void kahn_order(const std::vector<Tensor>& outputs, std::unordered_map<Key, int> pending, const Keep& keep,
+                const Visit& visit) {
+  std::vector<Tensor> ready;
+  std::unordered_set<Key> seeded;
+  for (const auto& y : outputs)
+    if (keep(key_of(y)) && pending[key_of(y)] == 0 && seeded.insert(key_of(y)).second) ready.push_back(y);
+  while (!ready.empty()) {
+    Tensor t = std::move(ready.back());
+    ready.pop_back();
+    for (const Tensor& in : visit(t))
+      if (in.requires_grad() && keep(key_of(in)) && --pending[key_of(in)] == 0) ready.push_back(in);
+  }
+}
+
+std::vector<Tensor> inputs_of(const Tensor& t) {
+  const auto& node = t.impl()->grad_fn;
+  return node ? node->inputs() : std::vector<Tensor>{};
+}
+
+// Step 3 (grad() only): the tensors from which a requested input is reachable, the requested
+// inputs included. Every consumer of such a tensor is one too, so pruning the others changes
+// no pending count, and the kept tensors are visited in the same order as without pruning.
+std::unordered_set<Key> reaching_targets(const std::vector<Tensor>& outputs, const Graph& graph,
+                                         const std::unordered_map<Key, Tensor>& targets) {
+  std::vector<Tensor> order;  // consumers before producers
+  kahn_order(outputs, graph.consumers, [](Key) { return true; }, [&](const Tensor& t) {
+    order.push_back(t);
+    return inputs_of(t);
+  });
+  std::unordered_set<Key> reach;
+  for (auto t = order.rbegin(); t != order.rend(); ++t) {
+    bool r = targets.count(key_of(*t)) > 0;
+    if (const auto& node = t->impl()->grad_fn)
+      for (const auto& in : node->inputs()) r = r || (in.requires_grad() && reach.count(key_of(in)) > 0);
+    if (r) reach.insert(key_of(*t));
+  }
+  return reach;
+}
+
+// Runs reverse mode from outputs. When `targets` is null, leaf gradients accumulate into
+// .grad; otherwise the gradient reaching each target tensor is stored in (*targets)[key], and
+// only nodes with a target behind them run their backward.
+void run_backward(const char* who, const std::vector<Tensor>& outputs,
+                  const std::vector<Tensor>& grad_outputs, bool retain_graph, bool create_graph,
+                  std::unordered_map<Key, Tensor>* targets) {
+  const std::vector<Tensor> seeds = seed_gradients(who, outputs, grad_outputs);
+  const Graph graph = discover(outputs);
+  std::unordered_set<Key> reach;
+  if (targets) reach = reaching_targets(outputs, graph, *targets);
+  auto keep = [&](Key key) { return !targets || reach.count(key) > 0; };
 
   GradModeScope mode(create_graph);
-  std::unordered_map<const void*, Tensor> grads;
-  auto accumulate = [&](const void* key, const Tensor& g) {
+  std::unordered_map<Key, Tensor> grads;
+  auto accumulate = [&](Key key, const Tensor& g) {
     auto it = grads.find(key);
     if (it == grads.end() || !it->second.defined()) grads[key] = g;
     else it->second = add(it->second, g);
   };
-  for (std::size_t i = 0; i < outputs.size(); ++i) accumulate(key_of(outputs[i]), seeds[i]);
+  for (std::size_t i = 0; i < outputs.size(); ++i)
+    if (keep(key_of(outputs[i]))) accumulate(key_of(outputs[i]), seeds[i]);
 
-  // 2. Kahn's algorithm: a tensor is processed once all its consumers have been.
-  std::vector<Tensor> ready;
-  std::unordered_set<const void*> seeded;
-  for (const auto& y : outputs)
-    if (pending[key_of(y)] == 0 && seeded.insert(key_of(y)).second) ready.push_back(y);
-  while (!ready.empty()) {
-    Tensor t = std::move(ready.back());
-    ready.pop_back();
-    const void* key = key_of(t);
+  // Step 4: Kahn's algorithm. A tensor's gradient is complete once all its consumers ran;
+  // its node's backward (the fused op's differentiable one under create_graph) then sends
+  // one contribution to each kept input.
+  kahn_order(outputs, graph.consumers, keep, [&](const Tensor& t) -> std::vector<Tensor> {
+    const Key key = key_of(t);
     Tensor g = std::move(grads[key]);
     grads.erase(key);
     if (targets) {
@@ -264,19 +356,20 @@ void run_backward(const char* who, const std::vector<Tensor>& outputs,
         Tensor acc = t.impl()->grad.defined() ? add(t.impl()->grad, g) : g;
         t.impl()->grad = create_graph ? acc : acc.detach();
       }
-      continue;
+      return {};
     }
-    std::vector<Tensor> in_grads;
-    if (g.defined()) in_grads = node->apply(g);
     std::vector<Tensor> inputs = node->inputs();
+    bool expand = false;  // some input is kept: else t is a target with nothing to reach behind it
+    for (const auto& in : inputs) expand = expand || (in.requires_grad() && keep(key_of(in)));
+    if (!expand) return {};
+    std::vector<Tensor> in_grads;
+    if (g.defined()) in_grads = node->apply(g, create_graph);
     if (!retain_graph) node->release();
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-      const Tensor& in = inputs[i];
-      if (!in.requires_grad()) continue;
-      if (i < in_grads.size() && in_grads[i].defined()) accumulate(key_of(in), in_grads[i]);
-      if (--pending[key_of(in)] == 0) ready.push_back(in);
-    }
-  }
+    for (std::size_t i = 0; i < inputs.size() && i < in_grads.size(); ++i)
+      if (inputs[i].requires_grad() && keep(key_of(inputs[i])) && in_grads[i].defined())
+        accumulate(key_of(inputs[i]), in_grads[i]);
+    return inputs;
+  });
 }
 
 }  // namespace
@@ -289,11 +382,10 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs, GradOptions options) {
-  std::unordered_map<const void*, Tensor> targets;
+  std::unordered_map<Key, Tensor> targets;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined() || !inputs[i].requires_grad())
-      throw GraphError("grad: input " + std::to_string(i) +
-                       " does not require grad (masks, indices and constants have no gradient)");
+      throw_error<GraphError>("grad", "input ", i, " does not require grad (masks, indices and constants have no gradient)");
     targets[key_of(inputs[i])] = Tensor();
   }
   run_backward("grad", outputs, grad_outputs, options.retain_graph || options.create_graph,
@@ -302,9 +394,8 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     Tensor g = targets[key_of(inputs[i])];
     if (!g.defined() && !options.allow_unused)
-      throw GraphError("grad: input " + std::to_string(i) + " of shape " +
-                       shape_str(inputs[i].shape()) +
-                       " is not used to compute the outputs (pass allow_unused)");
+      throw_error<GraphError>("grad", "input ", i, " of shape ", inputs[i].shape(),
+                              " is not used to compute the outputs (pass allow_unused)");
     result.push_back(options.create_graph || !g.defined() ? g : g.detach());
   }
   return result;

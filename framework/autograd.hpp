@@ -1,18 +1,29 @@
 // xgrad/framework/autograd.hpp — graph nodes, grad modes and the backward engine.
 //
-// Define-by-run: an op computes its value eagerly, then calls record(). When grad mode is
-// on and some input requires grad, record() attaches a Node to the output holding
+// Define-by-run: an op computes its value eagerly, then calls record() (or record_fused()).
+// When grad mode is on and some input requires grad, it attaches a Node to the output holding
 //   - the op's name,
 //   - its inputs (the only edges: nodes point to inputs, never to outputs, so there are
 //     no cycles and the graph dies with the last handle to its output),
-//   - a backward function: the vector-Jacobian product.
+//   - a backward function: the vector-Jacobian product (two for a fused op, see below).
 //
 // Backward contract (dlib/tinygrad style): given the upstream gradient g (shape of the
 // output) a node's backward returns one gradient per input, each of that input's shape,
 // or an undefined Tensor where the input needs none (node.needs_grad(i) is false). The
 // engine *adds* the returned contributions into each input's gradient; backward never
-// assigns into shared state. Backward is written with xgrad's own differentiable ops, so
-// with create_graph the backward pass is itself recorded and can be differentiated again.
+// assigns into shared state.
+//
+// Two kinds of op:
+//   - plain op, record(op, out, inputs, backward): backward is written with xgrad's own
+//     differentiable ops. The engine runs it with grad mode = create_graph, so with
+//     create_graph the backward pass is itself recorded and can be differentiated again.
+//   - fused op, record_fused(op, out, inputs, first_order, differentiable): first_order is a
+//     fast kernel (raw loops over saved forward state, nothing recorded); differentiable
+//     computes the same vector-Jacobian product with xgrad ops. The engine runs first_order
+//     when create_graph is false and differentiable when it is true. An op never tests
+//     is_grad_enabled() inside a backward to choose: the engine chooses.
+//     Both must agree to float64 rounding: the registry compares them on every sample of
+//     every op whose graph holds a fused node (check_fused_backward, framework/registry.hpp).
 #pragma once
 #include <functional>
 #include <memory>
@@ -28,8 +39,10 @@ using BackwardFn = std::function<std::vector<Tensor>(const Node& node, const Ten
 
 class Node : public std::enable_shared_from_this<Node> {
  public:
+  // differentiable: empty for a plain op; for a fused op, the create_graph backward (and
+  // `backward` the first-order kernel).
   Node(std::string name, std::vector<Tensor> inputs, BackwardFn backward,
-       std::shared_ptr<TensorImpl> output_value_owner);
+       std::shared_ptr<TensorImpl> output_value_owner, BackwardFn differentiable = nullptr);
   ~Node();  // iterative: destroying a 100,000-node chain does not recurse
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
@@ -42,17 +55,22 @@ class Node : public std::enable_shared_from_this<Node> {
   // formulas that use the output (exp, tanh, softmax, ...).
   Tensor output() const;
   bool released() const { return released_; }
+  // Recorded with record_fused (a first-order kernel and a differentiable backward).
+  bool is_fused() const { return fused_; }
 
-  // Engine use: runs backward, validating what it returns.
-  std::vector<Tensor> apply(const Tensor& grad) const;
+  // Engine use: runs the backward for this pass (a fused op's differentiable one when
+  // create_graph), validating what it returns.
+  std::vector<Tensor> apply(const Tensor& grad, bool create_graph) const;
   // Frees inputs and saved state after a backward without retain_graph.
   void release();
 
  private:
   std::string name_;
   std::vector<Tensor> inputs_;
-  BackwardFn backward_;
+  BackwardFn backward_;                 // plain op: the backward; fused op: first-order kernel
+  BackwardFn differentiable_;           // fused op only: the create_graph backward
   std::shared_ptr<TensorImpl> output_;  // value-only copy of the output (shares storage)
+  bool fused_ = false;
   bool released_ = false;
 };
 
@@ -61,6 +79,16 @@ class Node : public std::enable_shared_from_this<Node> {
 // (allow_nonfinite exempts ops whose non-finite output is requested, e.g. a -inf fill).
 Tensor record(const char* op_name, Tensor out, std::vector<Tensor> inputs,
               BackwardFn backward, bool allow_nonfinite = false);
+
+// record() for a fused op: `first_order` runs when backward is not recorded (create_graph
+// false: the training step), `differentiable` (written in xgrad ops) under create_graph.
+// Same contract for both (one gradient per input, undefined where !needs_grad(i)).
+Tensor record_fused(const char* op_name, Tensor out, std::vector<Tensor> inputs,
+                    BackwardFn first_order, BackwardFn differentiable, bool allow_nonfinite = false);
+
+// True when some node in the graph behind y was recorded with record_fused (the registry uses
+// it to decide which samples get their two backwards compared).
+bool graph_has_fused_backward(const Tensor& y);
 
 // False when record() would return `out` untouched (anomaly mode off, and grad mode off or no
 // input requiring grad): lets hot ops skip building record()'s inputs and closure.
@@ -117,6 +145,8 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
 // Functional gradient: returns d(outputs)/d(inputs) . grad_outputs without touching any
 // .grad. inputs may be leaves or intermediate tensors. An input the outputs do not depend
 // on gets an undefined Tensor when allow_unused, else GraphError.
+// Only nodes from which some requested input is reachable run their backward: a branch of
+// the graph that leads to none of them is never differentiated (nor released).
 // create_graph implies retain_graph (as in PyTorch).
 struct GradOptions {
   bool retain_graph = false;

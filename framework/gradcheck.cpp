@@ -46,38 +46,19 @@ std::size_t first_nonfinite(const Vec& v) {
   return i;
 }
 
-struct Checker {
-  const TensorFn& f;
-  const std::vector<Tensor>& inputs;
-  const GradcheckOptions& opt;
-  std::vector<std::size_t> checked;  // indices of inputs that require grad
-  Tensor y;
-
-  // Analytic u^T J for every checked input (zeros where unused).
-  std::vector<Vec> vjp(const Tensor& u) {
-    std::vector<Tensor> xs;
-    for (auto i : checked) xs.push_back(inputs[i]);
-    std::vector<Vec> out;
-    std::vector<Tensor> gs;
-    if (y.requires_grad())
-      gs = grad({y}, xs, {u}, GradOptions{true, false, true});
-    for (std::size_t k = 0; k < xs.size(); ++k) {
-      if (k < gs.size() && gs[k].defined()) out.push_back(gs[k].to_vector());
-      else out.push_back(Vec(xs[k].numel(), 0.0));
-    }
-    return out;
+// The float64 inputs that require grad: their indices (DTypeError for another dtype;
+// ValueError when there is none).
+std::vector<std::size_t> checked_inputs(const std::string& who, const std::vector<Tensor>& inputs) {
+  std::vector<std::size_t> checked;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
+    if (inputs[i].dtype() != DType::Float64)
+      throw_error<DTypeError>(who, "input ", i, " must be float64, got ", dtype_name(inputs[i].dtype()));
+    checked.push_back(i);
   }
-
-  // f evaluated with element j of input i moved by delta.
-  Vec eval_perturbed(std::size_t i, std::size_t j, double delta) {
-    std::vector<Tensor> xs = inputs;
-    Tensor x = inputs[i].clone();
-    x.mutable_data<double>()[j] += delta;
-    x.set_requires_grad(inputs[i].requires_grad());
-    xs[i] = x;
-    return f(xs).to_vector();
-  }
-};
+  if (checked.empty()) throw_error<ValueError>(who, "no input requires grad");
+  return checked;
+}
 
 std::string fmt(double v) {
   if (std::isnan(v)) return "nan";  // not "-nan": the sign of a NaN means nothing
@@ -101,167 +82,202 @@ std::string nonfinite_output(const Tensor& y) {
   return "output element " + index_str(o, y.shape()) + " (flat " + std::to_string(o) + ") is " + fmt(v[o]);
 }
 
-}  // namespace
-
-GradcheckResult gradcheck(const TensorFn& f, const std::vector<Tensor>& inputs,
-                          const GradcheckOptions& opt) {
-  Checker c{f, inputs, opt, {}, {}};
-  const std::string who = "gradcheck(" + opt.name + ")";
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
-    if (inputs[i].dtype() != DType::Float64)
-      throw DTypeError(who + ": input " + std::to_string(i) + " must be float64, got " +
-                       dtype_name(inputs[i].dtype()));
-    c.checked.push_back(i);
-  }
-  if (c.checked.empty()) throw ValueError(who + ": no input requires grad");
-  c.y = f(inputs);
-  if (!c.y.defined() || c.y.dtype() != DType::Float64)
-    throw DTypeError(who + ": the function must return a float64 tensor");
-
+// One gradcheck run: the function, the sample, and the result so far.
+struct Checker {
+  const TensorFn& f;
+  const std::vector<Tensor>& inputs;
+  const GradcheckOptions& opt;
+  std::string who;
+  std::vector<std::size_t> checked;  // indices of inputs that require grad
+  Tensor y;                          // f(inputs)
+  std::size_t ny = 0;                // numel(y)
   GradcheckResult res;
-  auto fail = [&](const std::string& msg) {
+
+  // Records the first failure's message (later ones only clear ok).
+  void fail(const std::string& msg) {
     if (res.ok) res.message = who + ": " + msg;
     res.ok = false;
-  };
-  auto fail_nonfinite = [&](const std::string& msg) {
+  }
+  GradcheckResult fail_nonfinite(const std::string& msg) {
     fail(msg);
     res.max_abs_error = kInf;
     return res;
-  };
-  // NaN compares false against every tolerance, so non-finite values fail up front.
-  if (std::string bad = nonfinite_output(c.y); !bad.empty())
-    return fail_nonfinite("forward " + bad + " at the sample: f is not finite there");
+  }
+  const Shape& shape_of(std::size_t k) const { return inputs[checked[k]].shape(); }
+  std::string element(std::size_t k, std::size_t j) const { return element_str(checked[k], j, shape_of(k)); }
 
-  Rng rng(opt.seed);
-  const std::size_t ny = c.y.numel();
-  Tensor u = randn(c.y.shape(), rng, DType::Float64);
-  Tensor v = randn(c.y.shape(), rng, DType::Float64);
-  const Vec uv = u.to_vector();
-  std::vector<Vec> analytic = c.vjp(u);
-
-  std::size_t total = 0;
-  for (auto i : c.checked) total += inputs[i].numel();
-  const bool full = ny > 0 && ny * total <= opt.full_jacobian_max;
-
-  // Numeric: central differences, one column of the Jacobian per input element.
-  std::vector<Vec> numeric(c.checked.size());
-  std::vector<std::vector<Vec>> columns(c.checked.size());
-  for (std::size_t k = 0; k < c.checked.size(); ++k) {
-    std::size_t i = c.checked[k];
-    for (std::size_t j = 0; j < inputs[i].numel(); ++j) {
-      Vec plus = c.eval_perturbed(i, j, opt.eps);
-      Vec minus = c.eval_perturbed(i, j, -opt.eps);
-      for (const Vec* side : {&plus, &minus})
-        if (std::size_t o = first_nonfinite(*side); o < ny)
-          return fail_nonfinite("f(x " + std::string(side == &plus ? "+" : "-") + " eps) at " +
-                                element_str(i, j, inputs[i].shape()) + ": output element " +
-                                index_str(o, c.y.shape()) + " (flat " + std::to_string(o) + ") is " +
-                                fmt((*side)[o]) + ": f is undefined or not finite near the sample");
-      Vec col(ny);
-      for (std::size_t o = 0; o < ny; ++o) col[o] = (plus[o] - minus[o]) / (2 * opt.eps);
-      numeric[k].push_back(dot(uv, col));
-      if (full) columns[k].push_back(std::move(col));
+  // Analytic u^T J for every checked input (zeros where unused).
+  std::vector<Vec> vjp(const Tensor& u) const {
+    std::vector<Tensor> xs;
+    for (auto i : checked) xs.push_back(inputs[i]);
+    std::vector<Vec> out;
+    std::vector<Tensor> gs;
+    if (y.requires_grad()) gs = grad({y}, xs, {u}, GradOptions{true, false, true});
+    for (std::size_t k = 0; k < xs.size(); ++k) {
+      if (k < gs.size() && gs[k].defined()) out.push_back(gs[k].to_vector());
+      else out.push_back(Vec(xs[k].numel(), 0.0));
     }
+    return out;
   }
 
-  // 0. Every gradient value is finite.
-  for (std::size_t k = 0; k < c.checked.size(); ++k)
-    for (std::size_t j = 0; j < analytic[k].size(); ++j)
-      if (!std::isfinite(analytic[k][j]) || !std::isfinite(numeric[k][j]))
-        return fail_nonfinite(element_str(c.checked[k], j, inputs[c.checked[k]].shape()) +
-                              ": gradient is not finite (random upstream gradient): analytic " +
-                              fmt(analytic[k][j]) + " vs numeric " + fmt(numeric[k][j]));
+  // f evaluated with element j of input i moved by delta.
+  Vec eval_perturbed(std::size_t i, std::size_t j, double delta) const {
+    std::vector<Tensor> xs = inputs;
+    Tensor x = inputs[i].clone();
+    x.mutable_data<double>()[j] += delta;
+    x.set_requires_grad(inputs[i].requires_grad());
+    xs[i] = x;
+    return f(xs).to_vector();
+  }
 
-  // |a - n| / (atol + rtol |n|); inf when either value is NaN or inf.
-  auto compare = [&](double a, double n, const std::string& where) {
-    double err = std::isfinite(a) && std::isfinite(n) ? std::abs(a - n) : kInf;
+  // |a - n| / (atol + rtol |n|), keeping the largest |a - n| (inf when either is NaN or inf).
+  double ratio(double a, double n) {
+    const double err = std::isfinite(a) && std::isfinite(n) ? std::abs(a - n) : kInf;
     res.max_abs_error = std::max(res.max_abs_error, err);
-    return std::make_pair(err / (opt.atol + opt.rtol * std::abs(n)), where);
-  };
+    return err / (opt.atol + opt.rtol * std::abs(n));
+  }
+};
 
-  // 1. Random upstream gradient.
+// Central differences: numeric[k][j] = <u, column j of input k's Jacobian>, and the columns
+// themselves when `keep_columns`. Returns a failure message when f is not finite at x +- eps.
+struct Numeric {
+  std::vector<Vec> vjp;
+  std::vector<std::vector<Vec>> columns;  // [k][j][o]
+  std::string failure;
+};
+Numeric numeric_gradients(const Checker& c, const Vec& uv, bool keep_columns) {
+  Numeric num;
+  num.vjp.resize(c.checked.size());
+  num.columns.resize(c.checked.size());
+  for (std::size_t k = 0; k < c.checked.size(); ++k) {
+    const std::size_t i = c.checked[k];
+    for (std::size_t j = 0; j < c.inputs[i].numel(); ++j) {
+      Vec plus = c.eval_perturbed(i, j, c.opt.eps);
+      Vec minus = c.eval_perturbed(i, j, -c.opt.eps);
+      for (const Vec* side : {&plus, &minus})
+        if (std::size_t o = first_nonfinite(*side); o < c.ny) {
+          num.failure = "f(x " + std::string(side == &plus ? "+" : "-") + " eps) at " + c.element(k, j) +
+                        ": output element " + index_str(o, c.y.shape()) + " (flat " + std::to_string(o) + ") is " +
+                        fmt((*side)[o]) + ": f is undefined or not finite near the sample";
+          return num;
+        }
+      Vec col(c.ny);
+      for (std::size_t o = 0; o < c.ny; ++o) col[o] = (plus[o] - minus[o]) / (2 * c.opt.eps);
+      num.vjp[k].push_back(dot(uv, col));
+      if (keep_columns) num.columns[k].push_back(std::move(col));
+    }
+  }
+  return num;
+}
+
+// Step: analytic against numeric for the random upstream gradient; an all-zero analytic
+// gradient where the numeric one is not, and a check where every gradient is zero, fail.
+void compare_random_upstream(Checker& c, const std::vector<Vec>& analytic, const std::vector<Vec>& numeric,
+                             std::size_t total) {
   double worst = 0;
   std::string worst_msg;
   bool all_zero = true;
   for (std::size_t k = 0; k < c.checked.size(); ++k) {
-    std::size_t i = c.checked[k];
-    const Shape& s = inputs[i].shape();
-    double ma = max_abs(analytic[k]), mn = max_abs(numeric[k]);
+    const double ma = max_abs(analytic[k]), mn = max_abs(numeric[k]);
     if (ma > 1e-12 || mn > 1e-12) all_zero = false;
     if (ma <= 1e-12 && mn > 1e-7)
-      fail("input " + std::to_string(i) + " " + shape_str(s) +
-           ": analytic gradient is all zero but the numeric one is not (max |numeric| = " +
-           fmt(mn) + ")");
+      c.fail("input " + std::to_string(c.checked[k]) + " " + shape_str(c.shape_of(k)) +
+             ": analytic gradient is all zero but the numeric one is not (max |numeric| = " + fmt(mn) + ")");
     for (std::size_t j = 0; j < analytic[k].size(); ++j) {
-      auto [ratio, where] = compare(analytic[k][j], numeric[k][j], "");
-      if (ratio > worst) {
-        worst = ratio;
-        worst_msg = element_str(i, j, s) + " (random upstream gradient): analytic " +
-                    fmt(analytic[k][j]) + " vs numeric " + fmt(numeric[k][j]);
+      const double r = c.ratio(analytic[k][j], numeric[k][j]);
+      if (r > worst) {
+        worst = r;
+        worst_msg = c.element(k, j) + " (random upstream gradient): analytic " + fmt(analytic[k][j]) + " vs numeric " +
+                    fmt(numeric[k][j]);
       }
     }
   }
-  if (worst > 1) fail(worst_msg);
-  if (all_zero && !opt.allow_all_zero && total > 0)
-    fail("every analytic and numeric gradient is zero: the check is vacuous");
+  if (worst > 1) c.fail(worst_msg);
+  if (all_zero && !c.opt.allow_all_zero && total > 0)
+    c.fail("every analytic and numeric gradient is zero: the check is vacuous");
+}
 
-  // 2. Full Jacobian, one backward per output element.
-  if (full && res.ok) {
-    worst = 0;
-    for (std::size_t o = 0; o < ny; ++o) {
-      Vec e(ny, 0.0);
-      e[o] = 1.0;
-      std::vector<Vec> row = c.vjp(tensor(e, c.y.shape(), DType::Float64));
-      for (std::size_t k = 0; k < c.checked.size(); ++k) {
-        std::size_t i = c.checked[k];
-        const Shape& s = inputs[i].shape();
-        for (std::size_t j = 0; j < row[k].size(); ++j) {
-          double n = columns[k][j][o];
-          auto [ratio, where] = compare(row[k][j], n, "");
-          if (ratio > worst) {
-            worst = ratio;
-            worst_msg = "Jacobian entry d out" + index_str(o, c.y.shape()) + " / d input " +
-                        std::to_string(i) + index_str(j, s) + " (flat " + std::to_string(j) +
-                        "): analytic " + fmt(row[k][j]) +
-                        " vs numeric " + fmt(n);
-          }
+// Step: the full Jacobian, one backward per output element, against the numeric columns.
+void compare_full_jacobian(Checker& c, const std::vector<std::vector<Vec>>& columns) {
+  double worst = 0;
+  std::string worst_msg;
+  for (std::size_t o = 0; o < c.ny; ++o) {
+    Vec e(c.ny, 0.0);
+    e[o] = 1.0;
+    const std::vector<Vec> row = c.vjp(tensor(e, c.y.shape(), DType::Float64));
+    for (std::size_t k = 0; k < c.checked.size(); ++k)
+      for (std::size_t j = 0; j < row[k].size(); ++j) {
+        const double n = columns[k][j][o];
+        const double r = c.ratio(row[k][j], n);
+        if (r > worst) {
+          worst = r;
+          worst_msg = "Jacobian entry d out" + index_str(o, c.y.shape()) + " / d input " + std::to_string(c.checked[k]) +
+                      index_str(j, c.shape_of(k)) + " (flat " + std::to_string(j) + "): analytic " + fmt(row[k][j]) +
+                      " vs numeric " + fmt(n);
         }
       }
-    }
-    if (worst > 1) fail(worst_msg);
   }
+  if (worst > 1) c.fail(worst_msg);
+}
 
-  // 3. Backward is linear in the upstream gradient.
-  if (res.ok && ny > 0) {
-    const double a = 0.7, b = -1.3;
-    std::vector<Vec> gv = c.vjp(v);
-    Vec comb(ny);
-    Vec vv = v.to_vector();
-    for (std::size_t o = 0; o < ny; ++o) comb[o] = a * uv[o] + b * vv[o];
-    std::vector<Vec> gc = c.vjp(tensor(comb, c.y.shape(), DType::Float64));
-    for (std::size_t k = 0; k < c.checked.size() && res.ok; ++k)
-      for (std::size_t j = 0; j < gc[k].size(); ++j) {
-        double expect = a * analytic[k][j] + b * gv[k][j];
-        if (!(std::abs(gc[k][j] - expect) <= 1e-3 * opt.atol + 1e-8 * (1 + std::abs(expect)))) {
-          fail("backward is not linear in the upstream gradient at " +
-               element_str(c.checked[k], j, inputs[c.checked[k]].shape()) + ": " + fmt(gc[k][j]) +
+// Step: backward is linear in the upstream gradient: vjp(a u + b v) == a vjp(u) + b vjp(v).
+void check_linearity(Checker& c, const Tensor& u, const Tensor& v, const std::vector<Vec>& analytic) {
+  const double a = 0.7, b = -1.3;
+  const std::vector<Vec> gv = c.vjp(v);
+  const Vec uv = u.to_vector(), vv = v.to_vector();
+  Vec comb(c.ny);
+  for (std::size_t o = 0; o < c.ny; ++o) comb[o] = a * uv[o] + b * vv[o];
+  const std::vector<Vec> gc = c.vjp(tensor(comb, c.y.shape(), DType::Float64));
+  for (std::size_t k = 0; k < c.checked.size(); ++k)
+    for (std::size_t j = 0; j < gc[k].size(); ++j) {
+      const double expect = a * analytic[k][j] + b * gv[k][j];
+      if (!(std::abs(gc[k][j] - expect) <= 1e-3 * c.opt.atol + 1e-8 * (1 + std::abs(expect)))) {
+        c.fail("backward is not linear in the upstream gradient at " + c.element(k, j) + ": " + fmt(gc[k][j]) +
                " vs " + fmt(expect));
-          if (!std::isfinite(gc[k][j]) || !std::isfinite(expect)) res.max_abs_error = kInf;
-          break;
-        }
+        if (!std::isfinite(gc[k][j]) || !std::isfinite(expect)) c.res.max_abs_error = kInf;
+        return;
       }
-  }
-  return res;
+    }
+}
+
+}  // namespace
+
+GradcheckResult gradcheck(const TensorFn& f, const std::vector<Tensor>& inputs, const GradcheckOptions& opt) {
+  Checker c{f, inputs, opt, "gradcheck(" + opt.name + ")", {}, {}, 0, {}};
+  c.checked = checked_inputs(c.who, inputs);
+  c.y = f(inputs);
+  if (!c.y.defined() || c.y.dtype() != DType::Float64)
+    throw_error<DTypeError>(c.who, "the function must return a float64 tensor");
+  c.ny = c.y.numel();
+  // NaN compares false against every tolerance, so non-finite values fail up front.
+  if (std::string bad = nonfinite_output(c.y); !bad.empty())
+    return c.fail_nonfinite("forward " + bad + " at the sample: f is not finite there");
+
+  Rng rng(opt.seed);
+  const Tensor u = randn(c.y.shape(), rng, DType::Float64);
+  const Tensor v = randn(c.y.shape(), rng, DType::Float64);
+  const std::vector<Vec> analytic = c.vjp(u);
+  std::size_t total = 0;
+  for (auto i : c.checked) total += inputs[i].numel();
+  const bool full = c.ny > 0 && c.ny * total <= opt.full_jacobian_max;
+  const Numeric numeric = numeric_gradients(c, u.to_vector(), full);
+  if (!numeric.failure.empty()) return c.fail_nonfinite(numeric.failure);
+
+  for (std::size_t k = 0; k < c.checked.size(); ++k)  // every gradient value is finite
+    for (std::size_t j = 0; j < analytic[k].size(); ++j)
+      if (!std::isfinite(analytic[k][j]) || !std::isfinite(numeric.vjp[k][j]))
+        return c.fail_nonfinite(c.element(k, j) + ": gradient is not finite (random upstream gradient): analytic " +
+                                fmt(analytic[k][j]) + " vs numeric " + fmt(numeric.vjp[k][j]));
+  compare_random_upstream(c, analytic, numeric.vjp, total);
+  if (full && c.res.ok) compare_full_jacobian(c, numeric.columns);
+  if (c.res.ok && c.ny > 0) check_linearity(c, u, v, analytic);
+  return c.res;
 }
 
 GradcheckResult gradgradcheck(const TensorFn& f, const std::vector<Tensor>& inputs,
                               const GradcheckOptions& opt) {
-  std::vector<std::size_t> checked;
-  for (std::size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].defined() && inputs[i].requires_grad()) checked.push_back(i);
   const std::string who = "gradgradcheck(" + opt.name + ")";
-  if (checked.empty()) throw ValueError(who + ": no input requires grad");
+  const std::vector<std::size_t> checked = checked_inputs(who, inputs);
   Tensor y = f(inputs);
   auto failed = [&](const std::string& msg) {
     GradcheckResult res;
@@ -310,17 +326,9 @@ GradcheckResult gradgradcheck(const TensorFn& f, const std::vector<Tensor>& inpu
 GradcheckResult check_fused_backward(const TensorFn& f, const std::vector<Tensor>& inputs,
                                      const GradcheckOptions& opt) {
   const std::string who = "check_fused_backward(" + opt.name + ")";
-  std::vector<std::size_t> checked;
+  const std::vector<std::size_t> checked = checked_inputs(who, inputs);
   std::vector<Tensor> wrt;
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
-    if (inputs[i].dtype() != DType::Float64)
-      throw DTypeError(who + ": input " + std::to_string(i) + " must be float64, got " +
-                       dtype_name(inputs[i].dtype()));
-    checked.push_back(i);
-    wrt.push_back(inputs[i]);
-  }
-  if (checked.empty()) throw ValueError(who + ": no input requires grad");
+  for (auto i : checked) wrt.push_back(inputs[i]);
   Tensor y = f(inputs);
   GradcheckResult res;
   if (!y.requires_grad()) return res;  // nothing recorded: no backward to compare

@@ -20,12 +20,13 @@
 // with create_graph, which checks every second derivative of f that backward can produce.
 // It also fails when f(x) or vjp_f(x, u) is not finite.
 //
-// check_fused_backward(f, inputs) computes u^T J once with create_graph = false (the fused
-// kernels some ops run when backward is not recorded: attention, layer_norm, gelu) and once
-// with create_graph = true (the differentiable formulas gradgradcheck differentiates), for
-// one random u, and fails unless every element agrees to float64 rounding:
+// check_fused_backward(f, inputs) computes u^T J once with create_graph = false (the
+// first-order kernels of ops recorded with record_fused: attention, layer_norm, gelu) and once
+// with create_graph = true (their differentiable backwards, which gradgradcheck differentiates),
+// for one random u, and fails unless every element agrees to float64 rounding:
 //   |a_j - b_j| <= fused_rtol * (|b_j| + max_k |b_k|)      per input, both finite.
-// Neither gradcheck (first path only) nor gradgradcheck (second path only) compares them.
+// Neither gradcheck (first path only) nor gradgradcheck (second path only) compares them;
+// check_op (framework/registry.hpp) runs it on every sample whose graph has a record_fused node.
 #pragma once
 #include <cstdint>
 #include <functional>

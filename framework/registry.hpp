@@ -2,9 +2,11 @@
 //
 // Every op registers its name, a callable taking its tensor inputs, and sample inputs
 // (float64; inputs to differentiate are marked requires_grad). One generic test runs
-// gradcheck and gradgradcheck over every registered op and sample, so an op added in one
-// file with an XGRAD_REGISTER_OP block is tested automatically.
+// check_op over every registered op, so an op added in one file with an XGRAD_REGISTER_OP
+// block is tested automatically. An op defined outside the tree gets the same checks in its
+// own tests: check_op(OpInfo{...}) without registering, or register_op + check_registered_op.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -27,6 +29,24 @@ struct OpInfo {
   GradcheckOptions options = {};  // per-op tolerances if needed
   bool second_order = true;       // run gradgradcheck too
 };
+
+// Every check of one op, on every sample (samples drawn from Rng(seed)):
+//   - gradcheck (first order, the fast first-order backward of a fused op),
+//   - gradgradcheck when op.second_order (the differentiable backward),
+//   - check_fused_backward on every sample whose graph holds a node recorded with
+//     record_fused (autograd.hpp), so a fused op's two backwards are always compared and a
+//     plain op's never need to be.
+struct OpCheckResult {
+  bool ok = true;
+  std::vector<std::string> failures;  // one per failed check, e.g. "gradcheck(op [sample]): ..."
+  std::size_t samples = 0;            // samples checked
+  std::size_t fused_compared = 0;     // samples whose two backwards were compared
+  explicit operator bool() const { return ok; }
+  std::string message() const;        // the failures, one a line
+};
+OpCheckResult check_op(const OpInfo& op, std::uint64_t seed = 42);
+// check_op on a registered op; ValueError naming it when no op has that name.
+OpCheckResult check_registered_op(const std::string& name, std::uint64_t seed = 42);
 
 void register_op(OpInfo info);
 const std::vector<OpInfo>& registered_ops();

@@ -51,7 +51,7 @@ int default_threads() {
   errno = 0;
   const long n = std::strtol(env, &end, 10);
   if (end == env || *end != '\0' || errno != 0 || n < 1 || n > 1024)
-    throw ValueError(std::string("XGRAD_NUM_THREADS: must be an integer in [1, 1024], got '") + env + "'");
+    throw_error<ValueError>("XGRAD_NUM_THREADS", "must be an integer in [1, 1024], got '", env, "'");
   return int(n);
 }
 
@@ -59,7 +59,7 @@ std::atomic<int> g_threads{0};  // 0: not resolved yet
 }  // namespace
 
 void set_num_threads(int n) {
-  if (n < 1) throw ValueError("set_num_threads: n must be >= 1, got " + std::to_string(n));
+  if (n < 1) throw_error<ValueError>("set_num_threads", "n must be >= 1, got ", n);
   g_threads.store(n, std::memory_order_relaxed);
   detail::blas_single_thread();
 }
@@ -103,15 +103,14 @@ bool cpu_can_run(CpuPath p) {
 CpuPath parse_path(const std::string& s) {
   for (CpuPath p : {CpuPath::Baseline, CpuPath::Avx2, CpuPath::Avx512})
     if (s == cpu_path_name(p)) return p;
-  throw ValueError("XGRAD_CPU_PATH: unknown value '" + s + "' (expected baseline, avx2 or avx512)");
+  throw_error<ValueError>("XGRAD_CPU_PATH", "unknown value '", s, "' (expected baseline, avx2 or avx512)");
 }
 
 void check_runnable(const char* who, CpuPath p) {
   if (!cpu_can_run(p)) {
     std::string have;
     for (CpuPath q : supported_cpu_paths()) have += std::string(have.empty() ? "" : ", ") + cpu_path_name(q);
-    throw ValueError(std::string(who) + ": this CPU cannot run the " + cpu_path_name(p) +
-                     " path (it runs: " + have + ")");
+    throw_error<ValueError>(who, "this CPU cannot run the ", cpu_path_name(p), " path (it runs: ", have, ")");
   }
 }
 

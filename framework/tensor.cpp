@@ -1,5 +1,6 @@
 // Tensor handle, factories and argument checks.
 #include <algorithm>
+#include <cmath>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
@@ -8,6 +9,17 @@
 #include "xgrad/framework/autograd.hpp"
 
 namespace xgrad {
+
+void detail::append_part(std::string& s, double v) {
+  if (std::isnan(v)) {
+    s += "nan";
+    return;
+  }
+  std::ostringstream os;
+  os.precision(10);
+  os << v;
+  s += os.str();
+}
 
 std::string shape_str(const std::vector<std::size_t>& shape) {
   std::string s = "(";
@@ -42,14 +54,14 @@ std::size_t numel(const Shape& shape) {
   std::size_t n = 1;
   for (auto d : shape)
     if (__builtin_mul_overflow(n, d, &n) || n > kMax)
-      throw ValueError("shape " + shape_str(shape) + " has more than 2^40 elements");
+      throw_error<ValueError>("numel", "shape ", shape, " has more than 2^40 elements");
   return n;
 }
 
 Tensor::Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
 static TensorImpl& checked(const std::shared_ptr<TensorImpl>& p) {
-  if (!p) throw ValueError("tensor: operation on an undefined tensor");
+  if (!p) throw_error<ValueError>("tensor", "operation on an undefined tensor");
   return *p;
 }
 
@@ -69,12 +81,11 @@ const std::shared_ptr<Node>& Tensor::grad_fn() const { return checked(impl_).gra
 const Tensor& Tensor::set_requires_grad(bool on) const {
   auto& impl = checked(impl_);
   if (impl.grad_fn)
-    throw GraphError("set_requires_grad: only leaf tensors can change requires_grad; this one "
-                     "is the output of '" + impl.grad_fn->name() + "' (use detach())");
+    throw_error<GraphError>("set_requires_grad", "only leaf tensors can change requires_grad; this one is the output of '",
+                            impl.grad_fn->name(), "' (use detach())");
   if (on && !is_float(impl.dtype))
-    throw DTypeError(std::string("set_requires_grad: only float tensors can require grad, got ") +
-                     dtype_name(impl.dtype) + " tensor of shape " + shape_str(impl.shape) +
-                     " (masks and indices are not differentiable)");
+    throw_error<DTypeError>("set_requires_grad", "only float tensors can require grad, got ", dtype_name(impl.dtype),
+                            " tensor of shape ", impl.shape, " (masks and indices are not differentiable)");
   impl.requires_grad = on;
   return *this;
 }
@@ -83,12 +94,11 @@ Tensor Tensor::grad() const { return checked(impl_).grad; }
 void Tensor::set_grad(const Tensor& g) const {
   auto& impl = checked(impl_);
   if (g.defined() && g.dtype() != impl.dtype)
-    throw DTypeError("set_grad: gradient " + shape_str(g.shape()) + " " + dtype_name(g.dtype()) +
-                     " does not match tensor " + shape_str(impl.shape) + " " + dtype_name(impl.dtype));
+    throw_error<DTypeError>("set_grad", "gradient ", g.shape(), ' ', dtype_name(g.dtype()), " does not match tensor ",
+                            impl.shape, ' ', dtype_name(impl.dtype));
   if (g.defined() && g.shape() != impl.shape)
-    throw ShapeError("set_grad: gradient " + shape_str(g.shape()) + " " + dtype_name(g.dtype()) +
-                     " does not match tensor " + shape_str(impl.shape) + " " +
-                     dtype_name(impl.dtype));
+    throw_error<ShapeError>("set_grad", "gradient ", g.shape(), ' ', dtype_name(g.dtype()), " does not match tensor ",
+                            impl.shape, ' ', dtype_name(impl.dtype));
   impl.grad = g;
 }
 void Tensor::zero_grad() const { checked(impl_).grad = Tensor(); }
@@ -130,20 +140,19 @@ std::vector<double> Tensor::to_vector() const {
 
 double Tensor::item() const {
   if (numel() != 1)
-    throw ShapeError("item: expected a one-element tensor, got shape " + shape_str(shape()));
+    throw_error<ShapeError>("item", "expected a one-element tensor, got shape ", shape());
   return to_vector()[0];
 }
 
 template <class T> const T* Tensor::data() const {
   if (dtype() != dtype_of<T>())
-    throw DTypeError(std::string("data: requested ") + dtype_name(dtype_of<T>()) + " from a " +
-                     dtype_name(dtype()) + " tensor");
+    throw_error<DTypeError>("data", "requested ", dtype_name(dtype_of<T>()), " from a ", dtype_name(dtype()), " tensor");
   return value<T>(*this).data();
 }
 template <class T> T* Tensor::mutable_data() const {
   if (dtype() != dtype_of<T>())
-    throw DTypeError(std::string("mutable_data: requested ") + dtype_name(dtype_of<T>()) +
-                     " from a " + dtype_name(dtype()) + " tensor");
+    throw_error<DTypeError>("mutable_data", "requested ", dtype_name(dtype_of<T>()), " from a ", dtype_name(dtype()),
+                            " tensor");
   return mutable_value<T>(*this).data();
 }
 template const float* Tensor::data<float>() const;
@@ -174,8 +183,7 @@ template <class T> static Tensor from_values(const std::vector<double>& values, 
   if constexpr (std::is_same_v<T, std::int64_t>)
     for (std::size_t i = 0; i < values.size(); ++i)
       if (!(values[i] >= -9223372036854775808.0 && values[i] < 9223372036854775808.0))
-        throw ValueError("tensor: value " + std::to_string(values[i]) + " at position " + std::to_string(i) +
-                         " is not representable as int64");
+        throw_error<ValueError>("tensor", "value ", values[i], " at position ", i, " is not representable as int64");
   auto a = empty_array<T>(shape);
   std::transform(values.begin(), values.end(), a.begin(), [](double x) { return T(x); });
   return make_tensor(std::move(a));
@@ -183,15 +191,14 @@ template <class T> static Tensor from_values(const std::vector<double>& values, 
 
 Tensor tensor(const std::vector<double>& values, const Shape& shape, DType dtype) {
   if (values.size() != xgrad::numel(shape))
-    throw ShapeError("tensor: " + std::to_string(values.size()) + " values do not fill shape " +
-                     shape_str(shape));
+    throw_error<ShapeError>("tensor", values.size(), " values do not fill shape ", shape);
   switch (dtype) {
     case DType::Float32: return from_values<float>(values, shape);
     case DType::Float64: return from_values<double>(values, shape);
     case DType::Bool: return from_values<bool>(values, shape);
     case DType::Int64: return from_values<std::int64_t>(values, shape);
   }
-  throw DTypeError("tensor: unknown dtype");
+  throw_error<DTypeError>("tensor", "unknown dtype ", int(dtype));
 }
 
 Tensor scalar(double value, DType dtype) { return tensor({value}, {}, dtype); }
@@ -219,8 +226,7 @@ Tensor bool_tensor(const std::vector<bool>& values, const Shape& shape) {
 
 Tensor index_tensor(const std::vector<std::int64_t>& values, const Shape& shape) {
   if (values.size() != xgrad::numel(shape))
-    throw ShapeError("index_tensor: " + std::to_string(values.size()) +
-                     " values do not fill shape " + shape_str(shape));
+    throw_error<ShapeError>("index_tensor", values.size(), " values do not fill shape ", shape);
   auto a = empty_array<std::int64_t>(shape);
   std::copy(values.begin(), values.end(), a.begin());
   return make_tensor(std::move(a));
@@ -235,10 +241,10 @@ Tensor arange(std::size_t n, DType dtype) {
 // --- checks ------------------------------------------------------------------------------
 
 void check_float(const char* op, const char* arg, const Tensor& t) {
-  if (!t.defined()) throw ValueError(std::string(op) + ": argument '" + arg + "' is undefined");
+  if (!t.defined()) throw_error<ValueError>(op, "argument '", arg, "' is undefined");
   if (!is_float(t.dtype()))
-    throw DTypeError(std::string(op) + ": argument '" + arg + "' must be float32 or float64, got " +
-                     dtype_name(t.dtype()) + " of shape " + shape_str(t.shape()));
+    throw_error<DTypeError>(op, "argument '", arg, "' must be float32 or float64, got ", dtype_name(t.dtype()),
+                            " of shape ", t.shape());
 }
 
 void check_same_float(const char* op, const char* arg_a, const Tensor& a, const char* arg_b,
@@ -246,25 +252,39 @@ void check_same_float(const char* op, const char* arg_a, const Tensor& a, const 
   check_float(op, arg_a, a);
   check_float(op, arg_b, b);
   if (a.dtype() != b.dtype())
-    throw DTypeError(std::string(op) + ": mixed dtypes: '" + arg_a + "' is " +
-                     dtype_name(a.dtype()) + " " + shape_str(a.shape()) + ", '" + arg_b + "' is " +
-                     dtype_name(b.dtype()) + " " + shape_str(b.shape()) + " (convert with .to())");
+    throw_error<DTypeError>(op, "mixed dtypes: '", arg_a, "' is ", dtype_name(a.dtype()), ' ', a.shape(), ", '", arg_b,
+                            "' is ", dtype_name(b.dtype()), ' ', b.shape(), " (convert with .to())");
+}
+
+void check_rank(const char* op, const char* arg, const Tensor& t, std::size_t rank, const char* layout) {
+  if (t.dim() == rank) return;
+  if (layout) throw_error<ShapeError>(op, "argument '", arg, "' ", t.shape(), " must be ", layout);
+  throw_error<ShapeError>(op, "argument '", arg, "' ", t.shape(), " must have rank ", rank);
+}
+
+void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& expected, const char* layout) {
+  if (t.shape() == expected) return;
+  if (layout) throw_error<ShapeError>(op, "argument '", arg, "' ", t.shape(), " must be ", layout, " = ", expected);
+  throw_error<ShapeError>(op, "argument '", arg, "' ", t.shape(), " must be ", expected);
+}
+
+void check_same_shape(const char* op, const char* arg_a, const Tensor& a, const char* arg_b, const Tensor& b) {
+  if (a.shape() != b.shape())
+    throw_error<ShapeError>(op, "argument '", arg_a, "' ", a.shape(), " and '", arg_b, "' ", b.shape(),
+                            " must have one shape");
 }
 
 std::size_t normalize_axis(const char* op, long axis, const Shape& shape) {
   long r = static_cast<long>(shape.size());
   if (axis < -r || axis >= r)
-    throw IndexError(std::string(op) + ": axis " + std::to_string(axis) +
-                     " is out of range for argument 'x' of shape " + shape_str(shape) +
-                     " (rank " + std::to_string(r) + ")");
+    throw_error<IndexError>(op, "axis ", axis, " is out of range for argument 'x' of shape ", shape, " (rank ", r, ")");
   return static_cast<std::size_t>(axis < 0 ? axis + r : axis);
 }
 
 std::size_t normalize_axis(const char* op, long axis, std::size_t rank) {
   long r = static_cast<long>(rank);
   if (axis < -r || axis >= r)
-    throw IndexError(std::string(op) + ": axis " + std::to_string(axis) +
-                     " is out of range for a tensor of rank " + std::to_string(rank));
+    throw_error<IndexError>(op, "axis ", axis, " is out of range for a tensor of rank ", rank);
   return static_cast<std::size_t>(axis < 0 ? axis + r : axis);
 }
 

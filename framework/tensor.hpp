@@ -79,8 +79,7 @@ class Rng {
 
   double uniform(double lo, double hi) {
     if (!(lo <= hi) || !std::isfinite(hi - lo))
-      throw ValueError("Rng::uniform: need lo <= hi and a finite hi - lo, got lo = " + str(lo) +
-                       ", hi = " + str(hi));
+      throw_error<ValueError>("Rng::uniform", "need lo <= hi and a finite hi - lo, got lo = ", str(lo), ", hi = ", str(hi));
     const double r = std::fma(hi - lo, uniform(), lo);
     return r < hi ? r : (lo < hi ? std::nextafter(hi, lo) : lo);
   }
@@ -94,8 +93,7 @@ class Rng {
 
   std::int64_t uniform_int(std::int64_t lo, std::int64_t hi) {
     if (lo > hi)
-      throw ValueError("Rng::uniform_int: lo (" + std::to_string(lo) + ") > hi (" +
-                       std::to_string(hi) + ")");
+      throw_error<ValueError>("Rng::uniform_int", "lo (", lo, ") > hi (", hi, ")");
     const std::uint64_t span = std::uint64_t(hi) - std::uint64_t(lo);  // n - 1
     std::uint64_t x = engine_();
     if (span != ~std::uint64_t(0)) {
@@ -109,7 +107,7 @@ class Rng {
 
   bool bernoulli(double p) {
     if (!(p >= 0.0 && p <= 1.0))
-      throw ValueError("Rng::bernoulli: p must be in [0, 1], got " + str(p));
+      throw_error<ValueError>("Rng::bernoulli", "p must be in [0, 1], got ", str(p));
     return uniform() < p;
   }
 
@@ -216,6 +214,15 @@ void check_float(const char* op, const char* arg, const Tensor& t);
 // Throws DTypeError unless both float and of one dtype.
 void check_same_float(const char* op, const char* arg_a, const Tensor& a, const char* arg_b,
                       const Tensor& b);
+// ShapeError unless t has `rank` axes: "op: argument 'arg' (2, 3) must be LAYOUT" when a layout
+// such as "(B, H, L, D)" is given, else "... must have rank R".
+void check_rank(const char* op, const char* arg, const Tensor& t, std::size_t rank, const char* layout = nullptr);
+// ShapeError unless t's shape is `expected`: "op: argument 'arg' (3) must be (4)", or
+// "... must be LAYOUT = (4)" when a layout such as "(B, S)" is given.
+void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& expected,
+                 const char* layout = nullptr);
+// ShapeError unless a and b have one shape: "op: argument 'x' (2) and 'g' (3) must have one shape".
+void check_same_shape(const char* op, const char* arg_a, const Tensor& a, const char* arg_b, const Tensor& b);
 // Normalises a possibly negative axis of argument 'x' with the given shape (or of a
 // tensor of rank `rank`); IndexError naming op, axis and shape otherwise.
 std::size_t normalize_axis(const char* op, long axis, const Shape& shape);

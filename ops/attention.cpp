@@ -379,18 +379,18 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
     probs = make_tensor(std::move(P));
     return make_tensor(std::move(o));
   });
-  return record(op, out, inputs, [=](const Node& n, const Tensor& g) -> std::vector<Tensor> {
-    if (is_grad_enabled()) {  // create_graph: differentiable formulas
-      const Tensor& x = n.input(0);
-      if (packed) {
-        const auto gr = composite_backward(narrow(x, 2, 0, E), narrow(x, 2, E, E), narrow(x, 2, 2 * E, Ev), g,
-                                           masks, d, scale);
-        return {concat({gr[0], gr[1], gr[2]}, 2)};
-      }
-      const auto gr = composite_backward(x, n.input(1), n.input(2), g, masks, d, scale);
-      return {n.needs_grad(0) ? gr[0] : Tensor(), n.needs_grad(1) ? gr[1] : Tensor(),
-              n.needs_grad(2) ? gr[2] : Tensor()};
+  auto differentiable = [=](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    const Tensor& x = n.input(0);
+    if (packed) {
+      const auto gr = composite_backward(narrow(x, 2, 0, E), narrow(x, 2, E, E), narrow(x, 2, 2 * E, Ev), g,
+                                         masks, d, scale);
+      return {concat({gr[0], gr[1], gr[2]}, 2)};
     }
+    const auto gr = composite_backward(x, n.input(1), n.input(2), g, masks, d, scale);
+    return {n.needs_grad(0) ? gr[0] : Tensor(), n.needs_grad(1) ? gr[1] : Tensor(),
+            n.needs_grad(2) ? gr[2] : Tensor()};
+  };
+  auto first_order = [=](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return dispatch_float(op, g.dtype(), [&](auto zero) -> std::vector<Tensor> {
       using T = decltype(zero);
       const T* q = value<T>(n.input(0)).data();
@@ -416,7 +416,8 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
         result.push_back(packed || n.needs_grad(i) ? make_tensor(std::move(grads[i])) : Tensor());
       return result;
     });
-  });
+  };
+  return record_fused(op, out, inputs, first_order, differentiable);
 }
 
 bool mask_needs_grad(const AttentionMasks& m) {
@@ -506,8 +507,8 @@ Tensor attention_packed(const Tensor& qkv, std::size_t num_heads, const Attentio
   const char* op = "attention_packed";
   check_float(op, "qkv", qkv);
   if (qkv.dim() != 3 || num_heads == 0 || qkv.shape()[2] % (3 * num_heads) != 0)
-    throw ShapeError(std::string(op) + ": argument 'qkv' " + shape_str(qkv.shape()) +
-                     " must be (B, T, 3 * E) with E divisible by num_heads " + std::to_string(num_heads));
+    throw_error<ShapeError>(op, "argument 'qkv' ", qkv.shape(), " must be (B, T, 3 * E) with E divisible by num_heads ",
+                            num_heads);
   const std::size_t E = qkv.shape()[2] / 3;
   Dims d;
   d.B = qkv.shape()[0], d.T = d.S = qkv.shape()[1], d.H = num_heads, d.D = d.Dv = E / num_heads;

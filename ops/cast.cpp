@@ -6,8 +6,7 @@ namespace xgrad {
 Tensor Tensor::to(DType dtype) const {
   check_float("to", "x", *this);
   if (!is_float(dtype))
-    throw DTypeError(std::string("to: target dtype must be float32 or float64, got ") +
-                     dtype_name(dtype));
+    throw_error<DTypeError>("to", "target dtype must be float32 or float64, got ", dtype_name(dtype));
   if (dtype == this->dtype()) return *this;
   Tensor y = dispatch_float("to", this->dtype(), [&](auto from) {
     using F = decltype(from);

@@ -83,9 +83,8 @@ Shape broadcast_shapes(const char* op, const char* arg_a, const Shape& a, const 
     if (pa[d] == pb[d] || pb[d] == 1) out[d] = pa[d];
     else if (pa[d] == 1) out[d] = pb[d];
     else
-      throw ShapeError(std::string(op) + ": argument '" + arg_a + "' " + shape_str(a) +
-                       " and argument '" + arg_b + "' " + shape_str(b) +
-                       " cannot be broadcast together (dimension " + std::to_string(d) + ")");
+      throw_error<ShapeError>(op, "argument '", arg_a, "' ", a, " and argument '", arg_b, "' ", b,
+                              " cannot be broadcast together (dimension ", d, ")");
   }
   return out;
 }

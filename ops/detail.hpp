@@ -13,6 +13,17 @@ namespace xgrad::detail {
 Shape broadcast_shapes(const char* op, const char* arg_a, const Shape& a, const char* arg_b,
                        const Shape& b);
 
+// y = fn(value<T>(x), T{}) for the float type T of x, evaluated into a new tensor of x's shape
+// (DTypeError naming op and argument 'x' unless x is float). fn returns an xtensor expression.
+template <class Fn> Tensor map_float(const char* op, const Tensor& x, Fn fn) {
+  check_float(op, "x", x);
+  return dispatch_float(op, x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    xt::xarray<T> y = fn(value<T>(x), T{});
+    return make_tensor(std::move(y));
+  });
+}
+
 // A shape viewed as (outer, n, inner) around one axis: element (o, i, r) sits at
 // (o * n + i) * inner + r in row-major order.
 struct AxisSplit {

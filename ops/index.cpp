@@ -8,25 +8,22 @@ namespace xgrad {
 namespace {
 
 void check_indices(const char* op, const Tensor& idx, std::size_t n) {
-  if (!idx.defined()) throw ValueError(std::string(op) + ": argument 'indices' is undefined");
+  if (!idx.defined()) throw_error<ValueError>(op, "argument 'indices' is undefined");
   if (idx.dtype() != DType::Int64)
-    throw DTypeError(std::string(op) + ": argument 'indices' must be int64, got " +
-                     dtype_name(idx.dtype()) + " of shape " + shape_str(idx.shape()));
+    throw_error<DTypeError>(op, "argument 'indices' must be int64, got ", dtype_name(idx.dtype()), " of shape ",
+                            idx.shape());
   const std::int64_t* p = idx.data<std::int64_t>();
   for (std::size_t i = 0; i < idx.numel(); ++i)
     if (p[i] < 0 || std::size_t(p[i]) >= n)
-      throw IndexError(std::string(op) + ": index " + std::to_string(p[i]) + " at flat position " +
-                       std::to_string(i) + " of 'indices' " + shape_str(idx.shape()) +
-                       " is out of range for " + std::to_string(n) + " rows");
+      throw_error<IndexError>(op, "index ", p[i], " at flat position ", i, " of 'indices' ", idx.shape(),
+                              " is out of range for ", n, " rows");
 }
 
 }  // namespace
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   check_float("embedding", "weight", weight);
-  if (weight.dim() != 2)
-    throw ShapeError("embedding: argument 'weight' must be (num_embeddings, dim), got " +
-                     shape_str(weight.shape()));
+  check_rank("embedding", "weight", weight, 2, "(num_embeddings, dim)");
   const std::size_t N = weight.shape()[0], D = weight.shape()[1];
   check_indices("embedding", indices, N);
   Shape ys = indices.shape();
@@ -50,8 +47,8 @@ Tensor embedding_backward(const Tensor& g, const Tensor& indices, std::size_t nu
   check_indices("embedding_backward", indices, num_rows);
   Shape expect = indices.shape();
   if (g.dim() != expect.size() + 1 || !std::equal(expect.begin(), expect.end(), g.shape().begin()))
-    throw ShapeError("embedding_backward: argument 'g' " + shape_str(g.shape()) +
-                     " must be indices' shape " + shape_str(expect) + " plus a last dim");
+    throw_error<ShapeError>("embedding_backward", "argument 'g' ", g.shape(), " must be indices' shape ", expect,
+                            " plus a last dim");
   const std::size_t D = g.shape().back();
   Tensor y = dispatch_float("embedding_backward", g.dtype(), [&](auto zero) {
     using T = decltype(zero);

@@ -12,10 +12,10 @@ namespace xgrad {
 namespace {
 
 void check_bool(const char* op, const char* arg, const Tensor& t) {
-  if (!t.defined()) throw ValueError(std::string(op) + ": argument '" + arg + "' is undefined");
+  if (!t.defined()) throw_error<ValueError>(op, "argument '", arg, "' is undefined");
   if (t.dtype() != DType::Bool)
-    throw DTypeError(std::string(op) + ": argument '" + arg + "' must be a bool mask, got " +
-                     dtype_name(t.dtype()) + " of shape " + shape_str(t.shape()));
+    throw_error<DTypeError>(op, "argument '", arg, "' must be a bool mask, got ", dtype_name(t.dtype()), " of shape ",
+                            t.shape());
 }
 
 }  // namespace
@@ -23,8 +23,7 @@ void check_bool(const char* op, const char* arg, const Tensor& t) {
 void check_mask_fits(const char* op, const Tensor& mask, const Shape& shape) {
   check_bool(op, "mask", mask);
   if (mask.shape() != shape && detail::broadcast_shapes(op, "mask", mask.shape(), "x", shape) != shape)
-    throw ShapeError(std::string(op) + ": argument 'mask' " + shape_str(mask.shape()) +
-                     " does not broadcast to x " + shape_str(shape));
+    throw_error<ShapeError>(op, "argument 'mask' ", mask.shape(), " does not broadcast to x ", shape);
 }
 
 Tensor expand_mask(const char* op, const Tensor& mask, const Shape& shape) {

@@ -24,17 +24,16 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   const std::size_t kb = tb ? bs[bs.size() - 1] : bs[bs.size() - 2];
   const std::size_t m = tb ? bs[bs.size() - 2] : bs[bs.size() - 1];
   if (k != kb)
-    throw ShapeError("matmul: argument 'a' " + shape_str(as) + (ta ? " (transposed)" : "") +
-                     " and argument 'b' " + shape_str(bs) + (tb ? " (transposed)" : "") +
-                     ": inner dimensions " + std::to_string(k) + " != " + std::to_string(kb));
+    throw_error<ShapeError>("matmul", "argument 'a' ", as, ta ? " (transposed)" : "", " and argument 'b' ", bs,
+                            tb ? " (transposed)" : "", ": inner dimensions ", k, " != ", kb);
   const Shape abatch(as.begin(), as.end() - 2), bbatch(bs.begin(), bs.end() - 2);
   Shape batch;  // broadcast batch dims; none for two 2-D operands
   if (!abatch.empty() || !bbatch.empty()) {
     try {
       batch = detail::broadcast_shapes("matmul", "a", abatch, "b", bbatch);
     } catch (const ShapeError&) {
-      throw ShapeError("matmul: batch dimensions of argument 'a' " + shape_str(as) +
-                       " and argument 'b' " + shape_str(bs) + " cannot be broadcast together");
+      throw_error<ShapeError>("matmul", "batch dimensions of argument 'a' ", as, " and argument 'b' ", bs,
+                              " cannot be broadcast together");
     }
   }
   Shape ys(batch.size() + 2);
@@ -84,15 +83,13 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   check_same_float("matmul", "a", a, "b", b);
   if (a.dim() == 0 || b.dim() == 0)
-    throw ShapeError("matmul: arguments must have rank >= 1, got 'a' " + shape_str(a.shape()) +
-                     " and 'b' " + shape_str(b.shape()));
+    throw_error<ShapeError>("matmul", "arguments must have rank >= 1, got 'a' ", a.shape(), " and 'b' ", b.shape());
   if (a.dim() == 1 || b.dim() == 1) {  // vectors: check with the shapes the caller gave
     const std::size_t ka = a.dim() == 1 ? a.shape()[0] : a.shape()[a.dim() - (ta ? 2 : 1)];
     const std::size_t kb = b.dim() == 1 ? b.shape()[0] : b.shape()[b.dim() - (tb ? 1 : 2)];
     if (ka != kb)
-      throw ShapeError("matmul: argument 'a' " + shape_str(a.shape()) + " and argument 'b' " +
-                       shape_str(b.shape()) + ": inner dimensions " + std::to_string(ka) +
-                       " != " + std::to_string(kb));
+      throw_error<ShapeError>("matmul", "argument 'a' ", a.shape(), " and argument 'b' ", b.shape(),
+                              ": inner dimensions ", ka, " != ", kb);
     if (a.dim() == 1 && b.dim() == 1) return reshape(matmul(unsqueeze(a, 0), unsqueeze(b, 1)), {});
     if (a.dim() == 1) return squeeze(matmul(unsqueeze(a, 0), b, false, tb), -2);
     return squeeze(matmul(a, unsqueeze(b, 1), ta, false), -1);
@@ -125,8 +122,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 Tensor sum_outer(const Tensor& a, const Tensor& b) {
   check_same_float("sum_outer", "a", a, "b", b);
   if (a.dim() == 0 || b.dim() == 0 || !std::equal(a.shape().begin(), a.shape().end() - 1, b.shape().begin(), b.shape().end() - 1))
-    throw ShapeError("sum_outer: arguments 'a' " + shape_str(a.shape()) + " and 'b' " + shape_str(b.shape()) +
-                     " must have rank >= 1 and the same leading dimensions");
+    throw_error<ShapeError>("sum_outer", "arguments 'a' ", a.shape(), " and 'b' ", b.shape(),
+                            " must have rank >= 1 and the same leading dimensions");
   const std::size_t k = a.shape().back(), m = b.shape().back();
   const std::size_t N = numel(Shape(a.shape().begin(), a.shape().end() - 1));
   Tensor y = dispatch_float("sum_outer", a.dtype(), [&](auto zero) {
@@ -146,20 +143,17 @@ Tensor sum_outer(const Tensor& a, const Tensor& b) {
 // dx = g W;  dW = g^T x (over the flattened N);  dbias = sum of g over N
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   check_same_float("linear", "x", x, "weight", w);
-  if (w.dim() != 2)
-    throw ShapeError("linear: argument 'weight' must be (out_features, in_features), got " +
-                     shape_str(w.shape()));
+  check_rank("linear", "weight", w, 2, "(out_features, in_features)");
   if (x.dim() == 0 || x.shape().back() != w.shape()[1])
-    throw ShapeError("linear: argument 'x' " + shape_str(x.shape()) +
-                     " must end in in_features = " + std::to_string(w.shape()[1]) +
-                     " (weight " + shape_str(w.shape()) + ")");
+    throw_error<ShapeError>("linear", "argument 'x' ", x.shape(), " must end in in_features = ", w.shape()[1],
+                            " (weight ", w.shape(), ")");
   const std::size_t in = w.shape()[1], out = w.shape()[0];
   const std::size_t N = numel(Shape(x.shape().begin(), x.shape().end() - 1));  // leading dims
   if (bias.defined()) {
     check_same_float("linear", "x", x, "bias", bias);
     if (bias.shape() != Shape{out})
-      throw ShapeError("linear: argument 'bias' " + shape_str(bias.shape()) + " must be (" +
-                       std::to_string(out) + ") for weight " + shape_str(w.shape()));
+      throw_error<ShapeError>("linear", "argument 'bias' ", bias.shape(), " must be (", out, ") for weight ",
+                              w.shape());
   }
   Shape ys = x.shape();
   ys.back() = out;

@@ -19,7 +19,6 @@
 // differentiable ops instead, so the gradient can be differentiated again.
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <type_traits>
 #include <vector>
 
@@ -136,23 +135,17 @@ void check_affine(const Tensor& x, const char* arg, const Tensor& t) {
   if (!t.defined()) return;
   check_same_float("layer_norm", "x", x, arg, t);
   if (t.shape() != Shape{x.shape().back()})
-    throw ShapeError("layer_norm: argument '" + std::string(arg) + "' has shape " + shape_str(t.shape()) +
-                     " but must be (" + std::to_string(x.shape().back()) +
-                     "), the size of the last axis of 'x' " + shape_str(x.shape()));
+    throw_error<ShapeError>("layer_norm", "argument '", arg, "' has shape ", t.shape(), " but must be (",
+                            x.shape().back(), "), the size of the last axis of 'x' ", x.shape());
 }
 
 void check_args(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
   check_float("layer_norm", "x", x);
   if (x.dim() == 0)
-    throw ShapeError("layer_norm: argument 'x' must have at least one axis (normalised over the "
-                     "last), got shape ()");
+    throw_error<ShapeError>("layer_norm", "argument 'x' must have at least one axis (normalised over the last), got shape ()");
   check_affine(x, "weight", w);
   check_affine(x, "bias", b);
-  if (!(eps > 0)) {
-    std::ostringstream os;
-    os << "layer_norm: eps must be > 0, got " << eps << " (for 'x' " << shape_str(x.shape()) << ")";
-    throw ValueError(os.str());
-  }
+  if (!(eps > 0)) throw_error<ValueError>("layer_norm", "eps must be > 0, got ", eps, " (for 'x' ", x.shape(), ")");
 }
 
 // The gradients of the composite formula, from differentiable ops (for create_graph).
@@ -232,22 +225,25 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   const std::size_t ib = bias.defined() ? inputs.size() : 0;
   if (bias.defined()) inputs.push_back(bias);
 
-  auto backward = [saved_mean, saved_rstd, eps, iw, ib](const Node& n, const Tensor& g) {
-    const Tensor& x = n.input(0);
-    const Tensor w = iw ? n.input(iw) : Tensor();
-    const bool need_x = n.needs_grad(0), need_w = iw && n.needs_grad(iw), need_b = ib && n.needs_grad(ib);
-    // Grad mode is on during backward only with create_graph: then build the gradient from
-    // differentiable ops so it can be differentiated again; otherwise run the fused kernel.
-    const std::vector<Tensor> d = is_grad_enabled()
-                                      ? composite_grads(x, w, g, eps, need_x, need_w, need_b)
-                                      : fused_grads(x, w, g, saved_mean, saved_rstd, need_x, need_w, need_b);
+  // d = (dx, dw, db) -> one gradient per node input.
+  auto per_input = [iw, ib](const Node& n, const std::vector<Tensor>& d) {
     std::vector<Tensor> grads(n.inputs().size());
     grads[0] = d[0];
     if (iw) grads[iw] = d[1];
     if (ib) grads[ib] = d[2];
     return grads;
   };
-  return record("layer_norm", y, std::move(inputs), backward);
+  auto first_order = [saved_mean, saved_rstd, iw, ib, per_input](const Node& n, const Tensor& g) {
+    const Tensor w = iw ? n.input(iw) : Tensor();
+    return per_input(n, fused_grads(n.input(0), w, g, saved_mean, saved_rstd, n.needs_grad(0),
+                                    iw && n.needs_grad(iw), ib && n.needs_grad(ib)));
+  };
+  auto differentiable = [eps, iw, ib, per_input](const Node& n, const Tensor& g) {
+    const Tensor w = iw ? n.input(iw) : Tensor();
+    return per_input(n, composite_grads(n.input(0), w, g, eps, n.needs_grad(0), iw && n.needs_grad(iw),
+                                        ib && n.needs_grad(ib)));
+  };
+  return record_fused("layer_norm", y, std::move(inputs), first_order, differentiable);
 }
 
 // --- registration ----------------------------------------------------------------------

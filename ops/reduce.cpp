@@ -67,7 +67,7 @@ Shape keepdim_shape(const char* op, const Shape& X, const std::vector<long>& axe
   for (long a : axes) {
     std::size_t d = normalize_axis(op, a, X);
     if (K[d] == 1 && X[d] != 1)
-      throw ValueError(std::string(op) + ": axis " + std::to_string(a) + " given twice");
+      throw_error<ValueError>(op, "axis ", a, " given twice (argument 'x' ", X, ")");
     K[d] = 1;
   }
   return K;
@@ -113,8 +113,7 @@ Tensor max(const Tensor& x, long axis, bool keepdim) {
   check_float("max", "x", x);
   const std::size_t ax = normalize_axis("max", axis, x.shape());
   if (x.shape()[ax] == 0)
-    throw ShapeError("max: argument 'x' " + shape_str(x.shape()) + " is empty along axis " +
-                     std::to_string(axis));
+    throw_error<ShapeError>("max", "argument 'x' ", x.shape(), " is empty along axis ", axis);
   Shape K = x.shape();
   K[ax] = 1;
   const auto s = detail::split_at(x.shape(), ax);
@@ -170,7 +169,7 @@ Tensor amax(const Tensor& x, const std::vector<long>& axes, bool keepdim) {
   for (std::size_t d = 0; d < x.dim(); ++d)
     if (reduced[d]) perm.push_back(d), r *= x.shape()[d];
   if (r == 0)
-    throw ShapeError("amax: argument 'x' " + shape_str(x.shape()) + " is empty along the reduced axes");
+    throw_error<ShapeError>("amax", "argument 'x' ", x.shape(), " is empty along the reduced axes");
   flat.push_back(r);
   Tensor y = max(reshape(permute(x, perm), flat), -1);
   return reshape(y, keepdim ? K : drop_reduced(x.shape(), axes));
@@ -182,13 +181,11 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;
   const Shape& X = x.shape();
   if (shape.size() > X.size())
-    throw ShapeError("sum_to: target shape " + shape_str(shape) + " has more dimensions than x " +
-                     shape_str(X));
+    throw_error<ShapeError>("sum_to", "target shape ", shape, " has more dimensions than x ", X);
   const Shape K = detail::pad_left(shape, X.size());
   for (std::size_t d = 0; d < X.size(); ++d)
     if (K[d] != X[d] && K[d] != 1)
-      throw ShapeError("sum_to: target shape " + shape_str(shape) +
-                       " does not broadcast to x " + shape_str(X));
+      throw_error<ShapeError>("sum_to", "target shape ", shape, " does not broadcast to x ", X);
   Tensor y = reduce_sum("sum_to", x, K, shape);
   return record("sum_to", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {broadcast_to(g, n.input(0).shape())};
@@ -201,13 +198,11 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;
   const Shape& X = x.shape();
   if (X.size() > shape.size())
-    throw ShapeError("broadcast_to: x " + shape_str(X) + " has more dimensions than target " +
-                     shape_str(shape));
+    throw_error<ShapeError>("broadcast_to", "x ", X, " has more dimensions than target ", shape);
   const Shape K = detail::pad_left(X, shape.size());
   for (std::size_t d = 0; d < K.size(); ++d)
     if (K[d] != shape[d] && K[d] != 1)
-      throw ShapeError("broadcast_to: x " + shape_str(X) + " cannot be broadcast to " +
-                       shape_str(shape));
+      throw_error<ShapeError>("broadcast_to", "x ", X, " cannot be broadcast to ", shape);
   Tensor y = dispatch_float("broadcast_to", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     auto out = empty_array<T>(shape);

@@ -9,10 +9,9 @@ namespace xgrad {
 
 // y = x viewed as `shape` (a copy);  dx = reshape(g, X). Masks and indices reshape too.
 Tensor reshape(const Tensor& x, const Shape& shape) {
-  if (!x.defined()) throw ValueError("reshape: argument 'x' is undefined");
+  if (!x.defined()) throw_error<ValueError>("reshape", "argument 'x' is undefined");
   if (numel(shape) != x.numel())
-    throw ShapeError("reshape: cannot reshape argument 'x' " + shape_str(x.shape()) + " (" +
-                     std::to_string(x.numel()) + " elements) to " + shape_str(shape));
+    throw_error<ShapeError>("reshape", "cannot reshape argument 'x' ", x.shape(), " (", x.numel(), " elements) to ", shape);
   if (shape == x.shape()) return x;
   Tensor y = std::visit(
       [&](const auto& a) {
@@ -33,8 +32,8 @@ Tensor unsqueeze(const Tensor& x, long axis) {
   Shape s = x.shape();
   const long r = long(x.dim()) + 1;  // the result's rank: -1 appends
   if (axis < -r || axis >= r)
-    throw IndexError("unsqueeze: axis " + std::to_string(axis) + " is out of range for argument 'x' " +
-                     shape_str(x.shape()) + " (valid: " + std::to_string(-r) + " to " + std::to_string(r - 1) + ")");
+    throw_error<IndexError>("unsqueeze", "axis ", axis, " is out of range for argument 'x' ", x.shape(), " (valid: ", -r,
+                            " to ", r - 1, ")");
   s.insert(s.begin() + (axis < 0 ? axis + r : axis), 1);
   return reshape(x, s);
 }
@@ -43,8 +42,7 @@ Tensor squeeze(const Tensor& x, long axis) {
   check_float("squeeze", "x", x);
   const std::size_t d = normalize_axis("squeeze", axis, x.shape());
   if (x.shape()[d] != 1)
-    throw ShapeError("squeeze: axis " + std::to_string(axis) + " of argument 'x' " +
-                     shape_str(x.shape()) + " has size " + std::to_string(x.shape()[d]) + ", not 1");
+    throw_error<ShapeError>("squeeze", "axis ", axis, " of argument 'x' ", x.shape(), " has size ", x.shape()[d], ", not 1");
   Shape s = x.shape();
   s.erase(s.begin() + long(d));
   return reshape(x, s);
@@ -78,8 +76,8 @@ Tensor permuted_copy(const char* op, const Tensor& x, const Shape& view, const s
 Tensor split_heads(const Tensor& x, std::size_t H) {
   check_float("split_heads", "x", x);
   if (x.dim() != 3 || H == 0 || x.shape()[2] % H != 0)
-    throw ShapeError("split_heads: argument 'x' " + shape_str(x.shape()) + " must be (B, L, E) with E divisible by " +
-                     std::to_string(H) + " heads");
+    throw_error<ShapeError>("split_heads", "argument 'x' ", x.shape(), " must be (B, L, E) with E divisible by ", H,
+                            " heads");
   const Shape& s = x.shape();
   Tensor y = permuted_copy("split_heads", x, {s[0], s[1], H, s[2] / H}, {0, 2, 1, 3});
   return record("split_heads", y, {x}, [](const Node&, const Tensor& g) -> std::vector<Tensor> {
@@ -90,7 +88,7 @@ Tensor split_heads(const Tensor& x, std::size_t H) {
 // y[b, l, h * D + d] = x[b, h, l, d];  dx = split_heads(g, H)
 Tensor merge_heads(const Tensor& x) {
   check_float("merge_heads", "x", x);
-  if (x.dim() != 4) throw ShapeError("merge_heads: argument 'x' " + shape_str(x.shape()) + " must be (B, H, L, D)");
+  check_rank("merge_heads", "x", x, 4, "(B, H, L, D)");
   const Shape& s = x.shape();
   Tensor y = permuted_copy("merge_heads", x, s, {0, 2, 1, 3});
   {
@@ -112,8 +110,7 @@ Tensor permute(const Tensor& x, const std::vector<std::size_t>& perm) {
   std::vector<std::size_t> iota(x.dim());
   std::iota(iota.begin(), iota.end(), 0);
   if (sorted != iota)
-    throw ValueError("permute: " + shape_str(perm) + " is not a permutation of the axes of "
-                     "argument 'x' " + shape_str(x.shape()));
+    throw_error<ValueError>("permute", perm, " is not a permutation of the axes of argument 'x' ", x.shape());
   if (perm == iota) return x;
   Tensor y = permuted_copy("permute", x, x.shape(), perm);
   std::vector<std::size_t> inverse(perm.size());
@@ -138,10 +135,9 @@ Tensor narrow(const Tensor& x, long axis, std::size_t start, std::size_t length)
   check_float("narrow", "x", x);
   const std::size_t ax = normalize_axis("narrow", axis, x.shape());
   if (start > x.shape()[ax] || length > x.shape()[ax] - start)
-    throw IndexError("narrow: range [" + std::to_string(start) + ", " +
-                     (length > SIZE_MAX - start ? std::string("overflow") : std::to_string(start + length)) +
-                     ") is out of bounds for axis " +
-                     std::to_string(axis) + " of argument 'x' " + shape_str(x.shape()));
+    throw_error<IndexError>("narrow", "range [", start, ", ",
+                            length > SIZE_MAX - start ? std::string("overflow") : std::to_string(start + length),
+                            ") is out of bounds for axis ", axis, " of argument 'x' ", x.shape());
   Shape ys = x.shape();
   ys[ax] = length;
   const auto s = detail::split_at(x.shape(), ax);
@@ -167,8 +163,7 @@ Tensor unnarrow(const Tensor& x, long axis, std::size_t start, std::size_t size)
   const std::size_t ax = normalize_axis("unnarrow", axis, x.shape());
   const std::size_t m = x.shape()[ax];
   if (start > size || m > size - start)
-    throw IndexError("unnarrow: argument 'x' " + shape_str(x.shape()) + " placed at " +
-                     std::to_string(start) + " does not fit in size " + std::to_string(size));
+    throw_error<IndexError>("unnarrow", "argument 'x' ", x.shape(), " placed at ", start, " does not fit in size ", size);
   Shape ys = x.shape();
   ys[ax] = size;
   const auto s = detail::split_at(x.shape(), ax);
@@ -188,7 +183,7 @@ Tensor unnarrow(const Tensor& x, long axis, std::size_t start, std::size_t size)
 
 // y = [x_0 | x_1 | ...] along axis;  dx_k = narrow(g, axis, offset_k, n_k)
 Tensor concat(const std::vector<Tensor>& xs, long axis) {
-  if (xs.empty()) throw ValueError("concat: argument 'xs' is an empty list");
+  if (xs.empty()) throw_error<ValueError>("concat", "argument 'xs' is an empty list");
   for (std::size_t k = 0; k < xs.size(); ++k) {
     check_same_float("concat", "xs[0]", xs[0], ("xs[" + std::to_string(k) + "]").c_str(), xs[k]);
   }
@@ -199,9 +194,8 @@ Tensor concat(const std::vector<Tensor>& xs, long axis) {
   for (std::size_t k = 0; k < xs.size(); ++k) {
     Shape a = xs[k].shape(), b = xs[0].shape();
     if (a.size() != b.size() || (a[ax] = 0, b[ax] = 0, a != b))
-      throw ShapeError("concat: xs[" + std::to_string(k) + "] has shape " +
-                       shape_str(xs[k].shape()) + " but xs[0] has " + shape_str(xs[0].shape()) +
-                       "; shapes must agree except along axis " + std::to_string(axis));
+      throw_error<ShapeError>("concat", "xs[", k, "] has shape ", xs[k].shape(), " but xs[0] has ", xs[0].shape(),
+                              "; shapes must agree except along axis ", axis);
     sizes.push_back(xs[k].shape()[ax]);
     ys[ax] += sizes.back();
   }
@@ -235,9 +229,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::size_t>& sizes
   const std::size_t ax = normalize_axis("split", axis, x.shape());
   const std::size_t total = std::accumulate(sizes.begin(), sizes.end(), std::size_t{0});
   if (total != x.shape()[ax])
-    throw ShapeError("split: sizes " + shape_str(sizes) + " add up to " + std::to_string(total) +
-                     " but axis " + std::to_string(axis) + " of argument 'x' " +
-                     shape_str(x.shape()) + " has size " + std::to_string(x.shape()[ax]));
+    throw_error<ShapeError>("split", "sizes ", sizes, " add up to ", total, " but axis ", axis, " of argument 'x' ", x.shape(),
+                            " has size ", x.shape()[ax]);
   std::vector<Tensor> pieces;
   std::size_t offset = 0;
   for (auto n : sizes) {
@@ -251,9 +244,8 @@ std::vector<Tensor> chunk(const Tensor& x, std::size_t n, long axis) {
   check_float("chunk", "x", x);
   const std::size_t size = x.shape()[normalize_axis("chunk", axis, x.shape())];
   if (n == 0 || size % n != 0)
-    throw ShapeError("chunk: axis " + std::to_string(axis) + " of argument 'x' " +
-                     shape_str(x.shape()) + " does not split into " + std::to_string(n) +
-                     " equal pieces");
+    throw_error<ShapeError>("chunk", "axis ", axis, " of argument 'x' ", x.shape(), " does not split into ", n,
+                            " equal pieces");
   return split(x, std::vector<std::size_t>(n, size / n), axis);
 }
 

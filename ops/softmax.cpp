@@ -88,9 +88,7 @@ Tensor softmax_forward(const char* op, const Tensor& x, const Tensor* mask, std:
 //                   d/dy = U * (g - s) - g * sum(U * y, axis)
 Tensor softmax_backward(const Tensor& y, const Tensor& g, long axis) {
   check_same_float("softmax_backward", "y", y, "g", g);
-  if (y.shape() != g.shape())
-    throw ShapeError("softmax_backward: argument 'y' " + shape_str(y.shape()) + " and 'g' " +
-                     shape_str(g.shape()) + " must have one shape");
+  check_same_shape("softmax_backward", "y", y, "g", g);
   const std::size_t ax = normalize_axis("softmax_backward", axis, y.shape());
   const auto s = detail::split_at(y.shape(), ax);
   Tensor dx = dispatch_float("softmax_backward", y.dtype(), [&](auto zero) {
@@ -124,22 +122,25 @@ Tensor softmax_backward(const Tensor& y, const Tensor& g, long axis) {
   });
 }
 
+namespace {
+// softmax's and masked_softmax's backward, from the saved output y: dx = softmax_backward(y, g).
+BackwardFn backward_from_output(long ax) {
+  return [ax](const Node& n, const Tensor& g) -> std::vector<Tensor> { return {softmax_backward(n.output(), g, ax)}; };
+}
+}  // namespace
+
 Tensor softmax(const Tensor& x, long axis) {
   check_float("softmax", "x", x);
   const long ax = long(normalize_axis("softmax", axis, x.shape()));
   Tensor y = softmax_forward("softmax", x, nullptr, std::size_t(ax), false);
-  return record("softmax", y, {x}, [ax](const Node& n, const Tensor& g) -> std::vector<Tensor> {
-    return {softmax_backward(n.output(), g, ax)};
-  });
+  return record("softmax", y, {x}, backward_from_output(ax));
 }
 
 Tensor masked_softmax(const Tensor& x, const Tensor& mask, long axis) {
   check_float("masked_softmax", "x", x);
   const long ax = long(normalize_axis("masked_softmax", axis, x.shape()));
   Tensor y = softmax_forward("masked_softmax", x, &mask, std::size_t(ax), false);
-  return record("masked_softmax", y, {x}, [ax](const Node& n, const Tensor& g) -> std::vector<Tensor> {
-    return {softmax_backward(n.output(), g, ax)};
-  });
+  return record("masked_softmax", y, {x}, backward_from_output(ax));
 }
 
 // dx = g - exp(y) * sum(g, axis)

@@ -12,14 +12,7 @@
 namespace xgrad {
 namespace {
 
-template <class Fn> Tensor map(const char* op, const Tensor& x, Fn fn) {
-  check_float(op, "x", x);
-  return dispatch_float(op, x.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    xt::xarray<T> y = fn(value<T>(x), T{});
-    return make_tensor(std::move(y));
-  });
-}
+using detail::map_float;
 
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
@@ -60,11 +53,43 @@ XGRAD_ISA_KERNEL(gelu_backward_f32,
 template <class T> T gelu_cdf(T v) { return T(0.5) * (T(1) + std::erf(v * T(kInvSqrt2))); }
 template <class T> T gelu_pdf(T v) { return std::exp(T(-0.5) * v * v) * T(kInvSqrt2Pi); }
 
+// Exact GELU at v, its slope in s: Phi(v) + v phi(v).
+template <class T> T gelu_exact_and_slope(T v, T& s) {
+  const T Phi = gelu_cdf(v);
+  s = Phi + v * gelu_pdf(v);
+  return v * Phi;
+}
+
+// Tanh GELU at v, its slope in s (ops/unary.hpp): t = tanh(c (v + a v^3)),
+// y = v (1 + t) / 2, s = (1 + t) / 2 + v (1 - t^2) c (1 + 3 a v^2) / 2.
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+constexpr double kGeluTanhA = 0.044715;
+template <class T> T gelu_tanh_and_slope(T v, T& s) {
+  const T c = T(kSqrt2OverPi), a = T(kGeluTanhA), v2 = v * v;
+  const T t = std::tanh(c * (v + a * v2 * v));
+  const T half_1pt = T(0.5) * (T(1) + t);
+  s = half_1pt + T(0.5) * v * (T(1) - t * t) * c * (T(1) + T(3) * a * v2);
+  return v * half_1pt;
+}
+
+// gelu''(x) in xgrad ops (differentiable again), see gelu_backward.
+Tensor gelu_second_derivative(const Tensor& x, GeluApproximation approximate) {
+  const Tensor x2 = mul(x, x);
+  if (approximate == GeluApproximation::None)
+    return mul(mul_scalar(exp(mul_scalar(x2, -0.5)), kInvSqrt2Pi), add_scalar(neg(x2), 2.0));
+  const Tensor u = mul_scalar(add(x, mul_scalar(mul(x2, x), kGeluTanhA)), kSqrt2OverPi);
+  const Tensor du = mul_scalar(add_scalar(mul_scalar(x2, 3 * kGeluTanhA), 1.0), kSqrt2OverPi);
+  const Tensor d2u = mul_scalar(x, 6 * kGeluTanhA * kSqrt2OverPi);
+  const Tensor t = tanh(u);
+  const Tensor sech2 = add_scalar(neg(mul(t, t)), 1.0);
+  return add(mul(sech2, du), mul(mul_scalar(mul(x, sech2), 0.5), sub(d2u, mul_scalar(mul(t, mul(du, du)), 2.0))));
+}
+
 }  // namespace
 
 // dx = g * y
 Tensor exp(const Tensor& x) {
-  Tensor y = map("exp", x, [](const auto& v, auto) { return xt::exp(v); });
+  Tensor y = map_float("exp", x, [](const auto& v, auto) { return xt::exp(v); });
   return record("exp", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {mul(g, n.output())};
   });
@@ -72,7 +97,7 @@ Tensor exp(const Tensor& x) {
 
 // dx = g / x
 Tensor log(const Tensor& x) {
-  Tensor y = map("log", x, [](const auto& v, auto) { return xt::log(v); });
+  Tensor y = map_float("log", x, [](const auto& v, auto) { return xt::log(v); });
   return record("log", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {div(g, n.input(0))};
   });
@@ -80,7 +105,7 @@ Tensor log(const Tensor& x) {
 
 // dx = g * 0.5 / y
 Tensor sqrt(const Tensor& x) {
-  Tensor y = map("sqrt", x, [](const auto& v, auto) { return xt::sqrt(v); });
+  Tensor y = map_float("sqrt", x, [](const auto& v, auto) { return xt::sqrt(v); });
   return record("sqrt", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {div(mul_scalar(g, 0.5), n.output())};
   });
@@ -88,7 +113,7 @@ Tensor sqrt(const Tensor& x) {
 
 // y = x^(-1/2);  dx = g * (-0.5) * y^3
 Tensor rsqrt(const Tensor& x) {
-  Tensor y = map("rsqrt", x, [](const auto& v, auto t) { return decltype(t)(1) / xt::sqrt(v); });
+  Tensor y = map_float("rsqrt", x, [](const auto& v, auto t) { return decltype(t)(1) / xt::sqrt(v); });
   return record("rsqrt", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     Tensor y = n.output();
     return {mul(g, mul_scalar(mul(y, mul(y, y)), -0.5))};
@@ -97,7 +122,7 @@ Tensor rsqrt(const Tensor& x) {
 
 // dx = g * (1 - y^2)
 Tensor tanh(const Tensor& x) {
-  Tensor y = map("tanh", x, [](const auto& v, auto) { return xt::tanh(v); });
+  Tensor y = map_float("tanh", x, [](const auto& v, auto) { return xt::tanh(v); });
   return record("tanh", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     Tensor y = n.output();
     return {sub(g, mul(g, mul(y, y)))};
@@ -106,7 +131,7 @@ Tensor tanh(const Tensor& x) {
 
 // y = 1 / (1 + e^-x);  dx = g * y * (1 - y)
 Tensor sigmoid(const Tensor& x) {
-  Tensor y = map("sigmoid", x, [](const auto& v, auto t) {
+  Tensor y = map_float("sigmoid", x, [](const auto& v, auto t) {
     using T = decltype(t);
     return T(1) / (T(1) + xt::exp(-v));
   });
@@ -118,9 +143,9 @@ Tensor sigmoid(const Tensor& x) {
 
 // dx = g * [x > 0]   ([x > 0] is a constant: relu'' = 0 almost everywhere)
 Tensor relu(const Tensor& x) {
-  Tensor y = map("relu", x, [](const auto& v, auto t) { return xt::maximum(v, decltype(t)(0)); });
+  Tensor y = map_float("relu", x, [](const auto& v, auto t) { return xt::maximum(v, decltype(t)(0)); });
   return record("relu", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
-    Tensor step = map("relu", n.input(0), [](const auto& v, auto t) {
+    Tensor step = map_float("relu", n.input(0), [](const auto& v, auto t) {
       using T = decltype(t);
       return xt::where(v > T(0), T(1), T(0));
     });
@@ -130,22 +155,27 @@ Tensor relu(const Tensor& x) {
 
 // dx = g * 2/sqrt(pi) * exp(-x^2)
 Tensor erf(const Tensor& x) {
-  Tensor y = map("erf", x, [](const auto& v, auto) { return xt::erf(v); });
+  Tensor y = map_float("erf", x, [](const auto& v, auto) { return xt::erf(v); });
   return record("erf", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     const Tensor& x = n.input(0);
     return {mul(g, mul_scalar(exp(neg(mul(x, x))), kTwoOverSqrtPi))};
   });
 }
 
-// y = x * Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2
-// dx = g * (Phi(x) + x * phi(x)),  phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
-// When the output is recorded the forward also keeps the slope Phi(x) + x phi(x) (same Phi and
-// phi, one more array), so a first-order backward is one multiply, dx = g * slope, instead of
-// a second erf and exp per element. Under create_graph the backward is gelu_backward(x, g),
-// differentiable again.
-Tensor gelu(const Tensor& x) {
+// Exact (GeluApproximation::None):
+//   y = x * Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2
+//   dx = g * (Phi(x) + x * phi(x)),  phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+// Tanh: with u = c (x + a x^3), c = sqrt(2 / pi), a = 0.044715, t = tanh(u):
+//   y = x (1 + t) / 2
+//   dx = g * ((1 + t) / 2 + x (1 - t^2) u' / 2),  u' = c (1 + 3 a x^2)
+// When the output is recorded the forward also keeps the slope dy/dx (same intermediate
+// values, one more array), so a first-order backward is one multiply, dx = g * slope, instead
+// of a second erf and exp (or tanh) per element (record_fused's first-order backward). Under
+// create_graph the backward is gelu_backward(x, g, approximate), differentiable again.
+Tensor gelu(const Tensor& x, GeluApproximation approximate) {
   check_float("gelu", "x", x);
   const bool keep_slope = will_record(x);
+  const bool exact = approximate == GeluApproximation::None;
   Tensor slope;
   Tensor y = dispatch_float("gelu", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -153,56 +183,66 @@ Tensor gelu(const Tensor& x) {
     auto out = empty_array<T>(x.shape());
     auto dy = empty_array<T>(keep_slope ? x.shape() : Shape{0});
     if constexpr (std::is_same_v<T, float>) {
-      if (keep_slope) gelu_and_slope_f32(px, out.data(), dy.data(), x.numel());
-      else gelu_f32(px, out.data(), x.numel());
-    } else {
+      if (exact && keep_slope) gelu_and_slope_f32(px, out.data(), dy.data(), x.numel());
+      else if (exact) gelu_f32(px, out.data(), x.numel());
+    }
+    if (!exact || !std::is_same_v<T, float>) {
       for (std::size_t i = 0; i < x.numel(); ++i) {
-        const T v = px[i], Phi = gelu_cdf(v);
-        out.data()[i] = v * Phi;
-        if (keep_slope) dy.data()[i] = Phi + v * gelu_pdf(v);
+        const T v = px[i];
+        T s;
+        out.data()[i] = exact ? gelu_exact_and_slope(v, s) : gelu_tanh_and_slope(v, s);
+        if (keep_slope) dy.data()[i] = s;
       }
     }
     if (keep_slope) slope = make_tensor(std::move(dy));
     return make_tensor(std::move(out));
   });
-  return record("gelu", y, {x}, [slope](const Node& n, const Tensor& g) -> std::vector<Tensor> {
-    if (is_grad_enabled() || !slope.defined()) return {gelu_backward(n.input(0), g)};
-    return {mul(g, slope)};
-  });
+  auto differentiable = [approximate](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    return {gelu_backward(n.input(0), g, approximate)};
+  };
+  if (!keep_slope) return record("gelu", y, {x}, differentiable);  // records nothing (no input needs grad)
+  return record_fused("gelu", y, {x},
+                      [slope](const Node&, const Tensor& g) -> std::vector<Tensor> { return {mul(g, slope)}; },
+                      differentiable);
 }
 
-// dx = g * (Phi(x) + x phi(x));  with upstream U:
-//   d/dg = gelu_backward(x, U);   d/dx = U * g * phi(x) * (2 - x^2)     (gelu'' = phi (2 - x^2))
-Tensor gelu_backward(const Tensor& x, const Tensor& g) {
+Tensor gelu(const Tensor& x) { return gelu(x, GeluApproximation::None); }
+
+// dx = g * gelu'(x);  with upstream U:
+//   d/dg = gelu_backward(x, U);   d/dx = U * g * gelu''(x)
+//   exact: gelu'' = phi(x) (2 - x^2)
+//   tanh:  gelu'' = (1 - t^2) u' + x (1 - t^2) (u'' - 2 t u'^2) / 2,  u'' = 6 a c x
+Tensor gelu_backward(const Tensor& x, const Tensor& g, GeluApproximation approximate) {
   check_same_float("gelu_backward", "x", x, "g", g);
-  if (x.shape() != g.shape())
-    throw ShapeError("gelu_backward: argument 'x' " + shape_str(x.shape()) + " and 'g' " + shape_str(g.shape()) +
-                     " must have one shape");
+  check_same_shape("gelu_backward", "x", x, "g", g);
+  const bool exact = approximate == GeluApproximation::None;
   Tensor dx = dispatch_float("gelu_backward", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
     const T* pg = value<T>(g).data();
     auto out = empty_array<T>(x.shape());
     if constexpr (std::is_same_v<T, float>) {
-      gelu_backward_f32(px, pg, out.data(), x.numel());
-    } else {
+      if (exact) gelu_backward_f32(px, pg, out.data(), x.numel());
+    }
+    if (!exact || !std::is_same_v<T, float>) {
       for (std::size_t i = 0; i < x.numel(); ++i) {
-        const T v = px[i];
-        out.data()[i] = pg[i] * (gelu_cdf(v) + v * gelu_pdf(v));
+        T s;
+        if (exact) gelu_exact_and_slope(px[i], s);
+        else gelu_tanh_and_slope(px[i], s);
+        out.data()[i] = pg[i] * s;
       }
     }
     return make_tensor(std::move(out));
   });
-  return record("gelu_backward", dx, {x, g}, [](const Node& n, const Tensor& u) -> std::vector<Tensor> {
+  return record("gelu_backward", dx, {x, g}, [approximate](const Node& n, const Tensor& u) -> std::vector<Tensor> {
     const Tensor &x = n.input(0), &g = n.input(1);
     Tensor dxx;
-    if (n.needs_grad(0)) {
-      Tensor phi = mul_scalar(exp(mul_scalar(mul(x, x), -0.5)), kInvSqrt2Pi);
-      dxx = mul(mul(u, g), mul(phi, add_scalar(neg(mul(x, x)), 2.0)));
-    }
-    return {dxx, n.needs_grad(1) ? gelu_backward(x, u) : Tensor()};
+    if (n.needs_grad(0)) dxx = mul(mul(u, g), gelu_second_derivative(x, approximate));
+    return {dxx, n.needs_grad(1) ? gelu_backward(x, u, approximate) : Tensor()};
   });
 }
+
+Tensor gelu_backward(const Tensor& x, const Tensor& g) { return gelu_backward(x, g, GeluApproximation::None); }
 
 // --- registration ----------------------------------------------------------------------
 namespace {
@@ -238,6 +278,13 @@ XGRAD_REGISTER_OP({"erf", [](const auto& x) { return erf(x[0]); },
 XGRAD_REGISTER_OP({"gelu", [](const auto& x) { return gelu(x[0]); },
                    [](Rng& r) { return samples(r, -3, 3); }});
 XGRAD_REGISTER_OP({"gelu_backward", [](const auto& x) { return gelu_backward(x[0], x[1]); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"(2,3)", {sample_uniform({2, 3}, -3, 3, r), sample_randn({2, 3}, r)}}};
+                   }});
+XGRAD_REGISTER_OP({"gelu(tanh)", [](const auto& x) { return gelu(x[0], GeluApproximation::Tanh); },
+                   [](Rng& r) { return samples(r, -3, 3); }});
+XGRAD_REGISTER_OP({"gelu_backward(tanh)",
+                   [](const auto& x) { return gelu_backward(x[0], x[1], GeluApproximation::Tanh); },
                    [](Rng& r) -> std::vector<OpSample> {
                      return {{"(2,3)", {sample_uniform({2, 3}, -3, 3, r), sample_randn({2, 3}, r)}}};
                    }});

@@ -1,6 +1,7 @@
 // The backward engine: accumulation, shared subgraphs, long chains, graph lifetime,
 // grad modes, functional grad, and gradcheck's own ability to catch wrong gradients.
 #include <cstdint>
+#include <stdexcept>
 #include <thread>
 
 #include "helpers.hpp"
@@ -119,6 +120,72 @@ BOOST_AUTO_TEST_CASE(functional_grad_leaves_dot_grad_untouched) {
   BOOST_CHECK_THROW(grad({y}, {unused}, {}, GradOptions{true, false, false}), GraphError);
   auto u = grad({y}, {unused}, {}, GradOptions{true, false, true});
   BOOST_TEST(!u[0].defined());
+}
+
+namespace {
+// y = x (a copy) whose backward counts its calls.
+Tensor counted(const Tensor& x, int& calls) {
+  return record("counted", x.detach().clone(), {x}, [&calls](const Node&, const Tensor& g) -> std::vector<Tensor> {
+    ++calls;
+    return {g};
+  });
+}
+// y = x whose backward must never run.
+Tensor never_differentiated(const Tensor& x) {
+  return record("never_differentiated", x.detach().clone(), {x}, [](const Node&, const Tensor&) -> std::vector<Tensor> {
+    throw std::logic_error("never_differentiated: backward ran");
+  });
+}
+}  // namespace
+
+// grad() runs the backward of a node only when a requested input is reachable from it: a
+// 1,000-node side branch (and one that throws) hanging off another leaf never runs, the
+// result is bit-identical to backward()'s, and the side branch is not released.
+BOOST_AUTO_TEST_CASE(grad_runs_only_nodes_that_reach_the_requested_inputs) {
+  Tensor a = leaf({0.5, -1.5, 2}, {3}), b = leaf({1, 2, 3}, {3});
+  int side_calls = 0;
+  Tensor side = b;
+  for (int i = 0; i < 1000; ++i) side = counted(side, side_calls);
+  auto build = [&] { return add(sum(mul(exp(a), mul_scalar(a, 3))), add(sum(side), sum(never_differentiated(b)))); };
+
+  Tensor y = build();
+  auto g = grad({y}, {a});
+  BOOST_TEST(side_calls == 0);
+  // The same graph under create_graph (the fused choice does not change what is visited).
+  Tensor y2 = build();
+  auto g2 = grad({y2}, {a}, {}, GradOptions{false, true, false});
+  BOOST_TEST(side_calls == 0);
+  BOOST_TEST(g2[0].requires_grad());
+
+  // Unchanged result: backward() over the graph without the side branches, bit for bit.
+  Tensor a2 = leaf(a.to_vector(), {3});
+  sum(mul(exp(a2), mul_scalar(a2, 3))).backward();
+  BOOST_TEST(allclose(g[0], a2.grad(), 0, 0));
+  BOOST_TEST(allclose(g2[0], a2.grad(), 0, 0));
+
+  // The side branch was neither run nor released: it can still be differentiated.
+  auto gb = grad({sum(side)}, {b});
+  BOOST_TEST(side_calls == 1000);
+  BOOST_TEST(allclose(gb[0], {1, 1, 1}));
+}
+
+// A requested intermediate tensor stops the walk unless another requested input lies behind it.
+BOOST_AUTO_TEST_CASE(grad_stops_at_a_requested_intermediate) {
+  Tensor x = leaf({1, 2, 3}, {3});
+  int behind = 0;
+  Tensor h = mul_scalar(counted(x, behind), 2);
+  Tensor y = sum(mul(h, h));
+  auto gh = grad({y}, {h}, {}, GradOptions{true, false, false});
+  BOOST_TEST(behind == 0);
+  BOOST_TEST(allclose(gh[0], {4, 8, 12}));  // dy/dh = 2h
+  auto both = grad({y}, {h, x}, {}, GradOptions{true, false, false});
+  BOOST_TEST(behind == 1);
+  BOOST_TEST(allclose(both[0], {4, 8, 12}));
+  BOOST_TEST(allclose(both[1], {8, 16, 24}));
+  // backward() still walks everything to the leaves.
+  y.backward();
+  BOOST_TEST(behind == 2);
+  BOOST_TEST(allclose(x.grad(), {8, 16, 24}));
 }
 
 BOOST_AUTO_TEST_CASE(explicit_upstream_gradient_and_multiple_outputs) {

@@ -62,7 +62,7 @@ const char* const kFixtures[] = {"mha_state_dict",
     "mha_cross_kvdim", "mha_key_padding",          "mha_key_padding_causal",
     "mha_float_mask",  "mha_mask_3d",              "layer_norm",
     "cross_entropy",   "cross_entropy_smoothing",  "transformer_block_causal",
-    "transformer_block_padding", "adamw"};
+    "transformer_block_padding", "adamw", "gelu_tanh"};  // gelu_tanh: tests/test_gelu_tanh.cpp
 
 // One loaded fixture; remembers which tensors the test used.
 struct Golden {

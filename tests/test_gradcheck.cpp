@@ -37,19 +37,20 @@ Tensor cube(const Tensor& x, long bad, double value) {
   });
 }
 
-// y = x^2 with a fused first-order backward (grad mode off during backward) and a
-// differentiable one (create_graph); each scaled at element `bad` by its own factor.
+// y = x^2 recorded with two backwards (record_fused): the first-order one and the
+// differentiable one (create_graph), each scaled at element `bad` by its own factor.
 Tensor square_two_paths(const Tensor& x, long bad, double fused_scale, double graph_scale) {
   Tensor y = mul(x.detach(), x.detach());
-  return record("square_two_paths", y, {x}, [=](const Node& n, const Tensor& g) -> std::vector<Tensor> {
-    const bool graph = is_grad_enabled();
-    Tensor dx = mul(g, mul_scalar(n.input(0), 2.0));
-    const double s = graph ? graph_scale : fused_scale;
-    if (bad < 0 || s == 1.0) return {dx};
-    std::vector<double> scale(dx.numel(), 1.0);
-    scale[std::size_t(bad)] = s;
-    return {mul(dx, tensor(scale, dx.shape(), DType::Float64))};
-  });
+  auto scaled = [bad](double s) {
+    return [bad, s](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+      Tensor dx = mul(g, mul_scalar(n.input(0), 2.0));
+      if (bad < 0 || s == 1.0) return {dx};
+      std::vector<double> scale(dx.numel(), 1.0);
+      scale[std::size_t(bad)] = s;
+      return {mul(dx, tensor(scale, dx.shape(), DType::Float64))};
+    };
+  };
+  return record_fused("square_two_paths", y, {x}, scaled(fused_scale), scaled(graph_scale));
 }
 
 TensorFn poked(long bad, double value) {

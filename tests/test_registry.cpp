@@ -1,65 +1,98 @@
-// The generic test: gradcheck and gradgradcheck (float64, random upstream gradient, full
-// Jacobian for small samples) for every registered op and every one of its samples, and the
-// fused first-order backwards against the differentiable (create_graph) ones.
+// The generic test: check_op for every registered op and every one of its samples: gradcheck
+// and gradgradcheck (float64, random upstream gradient, full Jacobian for small samples), and
+// the fused first-order backwards against the differentiable (create_graph) ones.
 #include "helpers.hpp"
 
 using namespace xgrad;
 
 BOOST_AUTO_TEST_SUITE(registry)
 
-BOOST_AUTO_TEST_CASE(every_registered_op_passes_gradcheck_and_gradgradcheck) {
-  const auto& ops = registered_ops();
-  BOOST_TEST_REQUIRE(ops.size() >= 40u);
-  std::size_t checks = 0;
-  for (const auto& op : ops) {
-    Rng rng(42);
-    auto samples = op.samples(rng);
-    BOOST_TEST_CONTEXT("op " << op.name) { BOOST_TEST(!samples.empty()); }
-    for (const auto& sample : samples) {
-      BOOST_TEST_CONTEXT("op " << op.name << ", sample " << sample.label) {
-        GradcheckOptions opt = op.options;
-        opt.name = op.name + " [" + sample.label + "]";
-        opt.allow_all_zero = sample.zero_grad_ok;
-        auto first = gradcheck(op.fn, sample.inputs, opt);
-        BOOST_TEST(first.ok, first.message);
-        if (op.second_order) {
-          auto second = gradgradcheck(op.fn, sample.inputs, opt);
-          BOOST_TEST(second.ok, second.message);
-        }
-        ++checks;
-      }
-    }
-  }
-  BOOST_TEST_MESSAGE("registry: " << ops.size() << " ops, " << checks << " samples checked");
-}
-
-// gradcheck differentiates with create_graph = false, so it checks the fused first-order
-// kernels (attention, layer_norm, gelu); gradgradcheck differentiates the create_graph
-// formulas. Nothing else ties the two together: compare them on every op and sample, for one
-// random upstream u (ops without a fused path agree exactly). Tolerance: both are float64
+// check_op (framework/registry.hpp) on every registered op: gradcheck, gradgradcheck and, on
+// every sample whose graph holds a record_fused node, the fused first-order backward against
+// the differentiable (create_graph) one. Tolerance of that comparison: both are float64
 // evaluations of the same sums in another order, each term rounded at ~1.1e-16 relative to
 // the largest term, and terms cancel (softmax rows, layer_norm's mean terms), so the bound is
 // relative to the gradient's magnitude: |a - b| <= 1e-10 (|b| + max|b|) (fused_rtol). That
 // leaves ~1e6 roundings of room; a wrong formula is off by O(1) relative.
-BOOST_AUTO_TEST_CASE(fused_first_order_backward_equals_create_graph_backward) {
-  for (const char* fused : {"attention", "attention(masks)", "attention(causal, masks)", "attention(float mask)",
-                            "attention_packed", "attention_packed(causal, masks)", "layer_norm",
-                            "layer_norm(no affine)", "gelu", "softmax", "masked_softmax"})
-    BOOST_TEST(find_op(fused) != nullptr, "op with a fused backward not registered: " << fused);
-  std::size_t checks = 0;
-  for (const auto& op : registered_ops()) {
-    Rng rng(42);
-    for (const auto& sample : op.samples(rng)) {
-      BOOST_TEST_CONTEXT("op " << op.name << ", sample " << sample.label) {
-        GradcheckOptions opt = op.options;
-        opt.name = op.name + " [" + sample.label + "]";
-        auto r = check_fused_backward(op.fn, sample.inputs, opt);
-        BOOST_TEST(r.ok, r.message);
-        ++checks;
-      }
+BOOST_AUTO_TEST_CASE(every_registered_op_passes_check_op) {
+  const auto& ops = registered_ops();
+  BOOST_TEST_REQUIRE(ops.size() >= 40u);
+  std::size_t samples = 0, fused = 0;
+  for (const auto& op : ops) {
+    BOOST_TEST_CONTEXT("op " << op.name) {
+      const OpCheckResult r = check_op(op);
+      BOOST_TEST(r.ok, r.message());
+      BOOST_TEST(r.samples > 0u);
+      samples += r.samples;
+      fused += r.fused_compared;
     }
   }
-  BOOST_TEST_MESSAGE("fused backward: " << checks << " samples compared");
+  BOOST_TEST_MESSAGE("registry: " << ops.size() << " ops, " << samples << " samples checked, " << fused
+                                  << " with their two backwards compared");
+}
+
+// The ops recorded with record_fused get their two backwards compared without being listed
+// anywhere; plain ops (softmax's backward is one differentiable kernel) get none.
+BOOST_AUTO_TEST_CASE(fused_ops_are_compared_and_plain_ops_are_not) {
+  for (const char* name : {"attention", "attention(masks)", "attention(causal, masks)", "attention(float mask)",
+                           "attention_packed", "attention_packed(causal, masks)", "layer_norm",
+                           "layer_norm(no affine)", "gelu", "gelu(tanh)"}) {
+    BOOST_TEST_CONTEXT("op " << name) {
+      BOOST_TEST_REQUIRE(find_op(name) != nullptr);
+      const OpCheckResult r = check_registered_op(name);
+      BOOST_TEST(r.ok, r.message());
+      BOOST_TEST(r.fused_compared > 0u);
+    }
+  }
+  for (const char* name : {"exp", "matmul", "softmax", "masked_softmax", "gelu_backward"}) {
+    BOOST_TEST_CONTEXT("op " << name) {
+      BOOST_TEST_REQUIRE(find_op(name) != nullptr);
+      const OpCheckResult r = check_registered_op(name);
+      BOOST_TEST(r.ok, r.message());
+      BOOST_TEST(r.fused_compared == 0u);
+    }
+  }
+  BOOST_CHECK_THROW(check_registered_op("no such op"), ValueError);
+}
+
+namespace {
+// y = 3x with two backwards: the first-order one off by `first_order_scale`.
+Tensor triple(const Tensor& x, double first_order_scale) {
+  Tensor y = mul_scalar(x.detach(), 3.0);
+  return record_fused("triple", y, {x},
+                      [first_order_scale](const Node&, const Tensor& g) -> std::vector<Tensor> {
+                        return {mul_scalar(g, 3.0 * first_order_scale)};
+                      },
+                      [](const Node&, const Tensor& g) -> std::vector<Tensor> { return {mul_scalar(g, 3.0)}; });
+}
+OpInfo triple_op(double first_order_scale) {
+  return {"triple", [first_order_scale](const std::vector<Tensor>& x) { return triple(x[0], first_order_scale); },
+          [](Rng& r) -> std::vector<OpSample> { return {{"(2,3)", {sample_randn({2, 3}, r)}}}; }};
+}
+}  // namespace
+
+// An op outside the registry (as a user's would be) gets the same checks through check_op: a
+// fused pair is compared, so a first-order backward 1e-7 off (inside gradcheck's tolerance)
+// fails; a plain op is never compared.
+BOOST_AUTO_TEST_CASE(check_op_compares_an_unregistered_fused_pair) {
+  const OpCheckResult good = check_op(triple_op(1.0));
+  BOOST_TEST(good.ok, good.message());
+  BOOST_TEST(good.samples == 1u);
+  BOOST_TEST(good.fused_compared == 1u);
+
+  const OpCheckResult bad = check_op(triple_op(1.0 + 1e-7));
+  BOOST_TEST(!bad.ok);
+  BOOST_TEST_REQUIRE(bad.failures.size() == 1u);
+  BOOST_TEST(bad.failures[0].find("check_fused_backward(triple [(2,3)])") != std::string::npos, bad.message());
+
+  OpInfo plain{"plain triple", [](const std::vector<Tensor>& x) { return mul_scalar(x[0], 3.0); },
+               [](Rng& r) -> std::vector<OpSample> { return {{"(4)", {sample_randn({4}, r)}}}; }};
+  const OpCheckResult p = check_op(plain);
+  BOOST_TEST(p.ok, p.message());
+  BOOST_TEST(p.fused_compared == 0u);
+
+  OpInfo no_samples{"no samples", plain.fn, [](Rng&) { return std::vector<OpSample>{}; }};
+  BOOST_TEST(!check_op(no_samples).ok);
 }
 
 BOOST_AUTO_TEST_CASE(float32_samples_match_float64_forward) {

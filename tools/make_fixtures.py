@@ -36,7 +36,8 @@ import torch.nn.functional as F
 
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
 
-DTYPES = {torch.float32: ("F32", "<f4"), torch.bool: ("BOOL", "?"), torch.int64: ("I64", "<i8")}
+DTYPES = {torch.float32: ("F32", "<f4"), torch.float64: ("F64", "<f8"), torch.bool: ("BOOL", "?"),
+          torch.int64: ("I64", "<i8")}
 
 
 def write_safetensors(path, tensors, metadata):
@@ -177,6 +178,27 @@ def layer_norm_fixture(name, seed, B=2, T=3, E=8, eps=1e-5):
     return name, tensors, {"kind": "layer_norm", "dim": E, "eps": fmt(eps)}
 
 
+# --- tanh-approximate GELU --------------------------------------------------------------
+
+def gelu_tanh_fixture(name, seed, n=64):
+    """F.gelu(x, approximate='tanh') in float32 and float64 (suffix .f32 / .f64): x spans
+    [-8, 8] plus a random part, gradients of sum(output * upstream)."""
+    torch.manual_seed(seed)
+    x64 = torch.cat([torch.linspace(-8.0, 8.0, n, dtype=torch.float64),
+                     torch.tensor([0.0, -0.7518, 1e-4, -1e-4], dtype=torch.float64),
+                     2.0 * torch.randn(n, dtype=torch.float64)])
+    upstream64 = torch.randn(x64.shape, dtype=torch.float64)
+    tensors = []
+    for suffix, dtype in ((".f32", torch.float32), (".f64", torch.float64)):
+        x = x64.to(dtype).requires_grad_()
+        upstream = upstream64.to(dtype)
+        out = F.gelu(x, approximate="tanh")
+        (gx,) = torch.autograd.grad((out * upstream).sum(), [x])
+        tensors += [("x" + suffix, x), ("upstream" + suffix, upstream), ("output" + suffix, out),
+                    ("grad.x" + suffix, gx)]
+    return name, tensors, {"kind": "gelu", "approximate": "tanh"}
+
+
 # --- cross entropy ---------------------------------------------------------------------
 
 def cross_entropy_fixture(name, seed, B=2, T=5, C=7, ignore_index=-100, label_smoothing=0.0):
@@ -303,6 +325,7 @@ def main():
         block_fixture("transformer_block_causal", 12, causal=True),
         block_fixture("transformer_block_padding", 13, key_padding=[0, 2]),
         adamw_fixture("adamw", 14),
+        gelu_tanh_fixture("gelu_tanh", 15),
     ]
     # A plain nn.MultiheadAttention state_dict, as torch users save it: it must load into
     # xgrad's MultiHeadAttention with load_checkpoint, unchanged (same module as mha_self).
