@@ -58,16 +58,9 @@ FeedForward::FeedForward(const FeedForwardOptions& o, Rng& rng)
   register_module("fc2", &fc2);
   register_module("drop", &drop);
 }
-// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), composed of registered ops (differentiable twice).
-static Tensor gelu_tanh_composed(const Tensor& x) {
-  const double c = std::sqrt(2.0 / 3.14159265358979323846);
-  const Tensor inner = mul_scalar(add(x, mul_scalar(mul(mul(x, x), x), 0.044715)), c);
-  return mul(mul_scalar(x, 0.5), add_scalar(tanh(inner), 1.0));
-}
-
 Tensor FeedForward::forward(const Tensor& x) {
   const Tensor h = fc1.forward(x);
-  return drop.forward(fc2.forward(gelu_approximate_tanh ? gelu_tanh_composed(h) : gelu(h)));
+  return drop.forward(fc2.forward(gelu(h, gelu_approximate_tanh ? GeluApproximation::Tanh : GeluApproximation::None)));
 }
 
 static void check_positions(const char* op, const Tensor& x, const Shape& table) {
