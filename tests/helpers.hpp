@@ -3,13 +3,21 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <random>
 #include <string>
 #include <sstream>
 
-#include "xgrad/xgrad.hpp"
+// Only what the helpers themselves use: each test file includes the headers of what it tests,
+// so touching one op's header rebuilds only the tests that use it.
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/gradcheck.hpp"
+#include "xgrad/framework/runtime.hpp"
+#include "xgrad/framework/tensor.hpp"
+#include "xgrad/models/module.hpp"
 
 namespace xgrad::test {
 
@@ -157,6 +165,41 @@ inline bool all_finite(const Tensor& t) {
   for (double x : t.to_vector())
     if (!std::isfinite(x)) return false;
   return true;
+}
+
+// f(inputs..., params...) with the module's parameters replaced by the given tensors, so
+// gradcheck differentiates with respect to every parameter too.
+inline TensorFn with_params(Module& m, std::size_t n_inputs, std::function<Tensor(const std::vector<Tensor>&)> f) {
+  return [&m, n_inputs, f](const std::vector<Tensor>& in) {
+    auto slots = m.parameter_slots();
+    for (std::size_t i = 0; i < slots.size(); ++i) *slots[i].second = in[n_inputs + i];
+    return f(std::vector<Tensor>(in.begin(), in.begin() + long(n_inputs)));
+  };
+}
+inline std::vector<Tensor> inputs_and_params(std::vector<Tensor> inputs, Module& m) {
+  for (auto& [name, t] : m.named_parameters()) inputs.push_back(t);
+  return inputs;
+}
+// Gradcheck options for models: the random-upstream VJP check only (full Jacobians are large).
+inline GradcheckOptions model_check_options(const std::string& name) {
+  GradcheckOptions o;
+  o.name = name;
+  o.full_jacobian_max = 0;
+  return o;
+}
+
+// Bit-identical: same dtype, shape and bytes.
+inline boost::test_tools::predicate_result same_bits(const Tensor& a, const Tensor& b) {
+  boost::test_tools::predicate_result r(true);
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) {
+    r = false;
+    r.message() << dtype_name(a.dtype()) << " " << shape_str(a.shape()) << " vs "
+                << dtype_name(b.dtype()) << " " << shape_str(b.shape());
+  } else if (a.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) != 0) {
+    r = false;
+    r.message() << "values differ: " << a << " vs " << b;
+  }
+  return r;
 }
 
 }  // namespace xgrad::test

@@ -4,6 +4,12 @@
 #include <string>
 
 #include "helpers.hpp"
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/tensor.hpp"
+#include "xgrad/ops/matmul.hpp"
+#include "xgrad/ops/norm.hpp"
+#include "xgrad/ops/shape.hpp"
+#include "xgrad/ops/unary.hpp"
 
 using namespace xgrad;
 

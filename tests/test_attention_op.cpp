@@ -6,6 +6,12 @@
 #include <limits>
 
 #include "helpers.hpp"
+#include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/runtime.hpp"
+#include "xgrad/framework/tensor.hpp"
+#include "xgrad/ops/attention.hpp"
+#include "xgrad/ops/shape.hpp"
 
 using namespace xgrad;
 using xgrad::test::allclose;

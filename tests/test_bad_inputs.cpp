@@ -18,8 +18,23 @@
 
 #include "helpers.hpp"
 #include "xgrad/framework/array.hpp"
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/tensor.hpp"
+#include "xgrad/models/attention.hpp"
 #include "xgrad/models/checkpoint.hpp"
+#include "xgrad/models/layers.hpp"
+#include "xgrad/models/loss.hpp"
+#include "xgrad/models/module.hpp"
 #include "xgrad/models/optim.hpp"
+#include "xgrad/models/transformer.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/index.hpp"
+#include "xgrad/ops/mask.hpp"
+#include "xgrad/ops/matmul.hpp"
+#include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/shape.hpp"
+#include "xgrad/ops/softmax.hpp"
+#include "xgrad/ops/unary.hpp"
 
 using namespace xgrad;
 namespace fs = std::filesystem;

@@ -16,10 +16,17 @@
 
 #include "helpers.hpp"
 #include "xgrad/framework/array.hpp"
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/tensor.hpp"
 #include "xgrad/models/checkpoint.hpp"
+#include "xgrad/models/module.hpp"
 #include "xgrad/models/optim.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/matmul.hpp"
+#include "xgrad/ops/reduce.hpp"
 
 using namespace xgrad;
+using test::same_bits;
 namespace fs = std::filesystem;
 
 namespace {
@@ -72,18 +79,6 @@ struct Nested : Module {
 };
 
 
-boost::test_tools::predicate_result same_bits(const Tensor& a, const Tensor& b) {
-  boost::test_tools::predicate_result r(true);
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) {
-    r = false;
-    r.message() << dtype_name(a.dtype()) << " " << shape_str(a.shape()) << " vs "
-                << dtype_name(b.dtype()) << " " << shape_str(b.shape());
-  } else if (a.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) != 0) {
-    r = false;
-    r.message() << "values differ: " << a << " vs " << b;
-  }
-  return r;
-}
 
 boost::test_tools::predicate_result same_named(const NamedTensors& a, const NamedTensors& b) {
   boost::test_tools::predicate_result r(a.size() == b.size());

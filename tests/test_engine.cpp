@@ -6,6 +6,14 @@
 
 #include "helpers.hpp"
 #include "xgrad/framework/array.hpp"
+#include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/gradcheck.hpp"
+#include "xgrad/framework/tensor.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/softmax.hpp"
+#include "xgrad/ops/unary.hpp"
 
 using namespace xgrad;
 using test::allclose;

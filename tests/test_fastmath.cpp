@@ -9,8 +9,12 @@
 #include <vector>
 
 #include "helpers.hpp"
-
+#include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/tensor.hpp"
 #include "xgrad/ops/fastmath.hpp"
+#include "xgrad/ops/unary.hpp"
+
 
 using namespace xgrad;
 namespace fm = xgrad::fastmath;

@@ -9,7 +9,12 @@
 #include <string>
 
 #include "helpers.hpp"
+#include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/tensor.hpp"
 #include "xgrad/models/checkpoint.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/unary.hpp"
 
 #ifndef XGRAD_FIXTURE_DIR
 #error "XGRAD_FIXTURE_DIR must name the directory of the golden fixtures"

@@ -4,6 +4,11 @@
 #include <limits>
 
 #include "helpers.hpp"
+#include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/gradcheck.hpp"
+#include "xgrad/framework/tensor.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/unary.hpp"
 
 using namespace xgrad;
 using test::leaf;

@@ -2,6 +2,13 @@
 #include <limits>
 
 #include "helpers.hpp"
+#include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/tensor.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/mask.hpp"
+#include "xgrad/ops/matmul.hpp"
+#include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/softmax.hpp"
 
 using namespace xgrad;
 using test::allclose;

@@ -13,15 +13,26 @@
 #include <type_traits>
 
 #include "helpers.hpp"
+#include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/gradcheck.hpp"
+#include "xgrad/framework/registry.hpp"
+#include "xgrad/framework/tensor.hpp"
 #include "xgrad/models/attention.hpp"
 #include "xgrad/models/checkpoint.hpp"
+#include "xgrad/models/layers.hpp"
+#include "xgrad/models/module.hpp"
 #include "xgrad/models/transformer.hpp"
+#include "xgrad/ops/attention.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/mask.hpp"
+#include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/shape.hpp"
 
-#ifndef XGRAD_FIXTURE_DIR
-#error "XGRAD_FIXTURE_DIR must name the directory of the golden fixtures"
-#endif
+#include "golden.hpp"
 
 using namespace xgrad;
+using namespace xgrad::test;
 using test::allclose;
 
 // PyTorch's positional order (embed_dim, num_heads, dropout, bias) and the old xgrad order
@@ -46,148 +57,11 @@ const char* const kApiFixtures[] = {"unbatched_self", "unbatched_cross", "unbatc
                                     "float_kpm_self", "unbatched_float_kpm_bias_kv_zero_attn", "block_no_bias",
                                     "block_no_bias_gelu_tanh"};
 
-// As tests/test_golden.cpp: |x_i - t_i| <= kAtol + kNorm * max_j |t_j| + kRtol * |t_i|.
-constexpr double kRtol = 1e-5;
-constexpr double kAtol = 1e-6;
-constexpr double kNorm = 4e-6;
-
-// One fixture; every stored tensor must be read by its test.
-struct Fixture {
-  std::string name;
-  std::map<std::string, Tensor> tensors;
-  std::map<std::string, std::string> meta;
-  std::set<std::string> used;
-
-  explicit Fixture(const std::string& fixture) : name(fixture) {
-    SafetensorsFile file = load_safetensors(kApiDir + "/" + fixture + ".safetensors");
-    for (auto& [key, t] : file.tensors) tensors[key] = t;
-    meta = file.metadata;
-    BOOST_TEST_REQUIRE(meta.count("fixture"));
-    BOOST_TEST_REQUIRE(meta.at("fixture") == fixture);
-  }
-  bool has(const std::string& key) const { return tensors.count(key) != 0; }
-  const Tensor& at(const std::string& key) {
-    auto it = tensors.find(key);
-    if (it == tensors.end()) throw ValueError(name + ": fixture has no tensor '" + key + "'");
-    used.insert(key);
-    return it->second;
-  }
-  Tensor leaf(const std::string& key) {
-    Tensor t = at(key).clone();
-    t.set_requires_grad(true);
-    return t;
-  }
-  std::string str(const std::string& key) const { return meta.at(key); }
-  long integer(const std::string& key) const { return std::stol(str(key)); }
-  NamedTensors params() {
-    NamedTensors out;
-    for (auto& [key, t] : tensors)
-      if (key.rfind("param.", 0) == 0) {
-        used.insert(key);
-        out.emplace_back(key.substr(6), t);
-      }
-    return out;
-  }
-  void check_all_used() const {
-    std::string unused;
-    for (auto& [key, t] : tensors)
-      if (!used.count(key)) unused += " " + key;
-    BOOST_TEST(unused.empty(), name << ": tensors not checked by the test:" << unused);
-  }
-};
-
-void compare(const std::string& what, const Tensor& actual, const Tensor& expected) {
-  BOOST_TEST_CONTEXT(what) {
-    BOOST_TEST_REQUIRE(actual.defined());
-    BOOST_TEST_REQUIRE(shape_str(actual.shape()) == shape_str(expected.shape()));
-    const auto a = actual.to_vector(), b = expected.to_vector();
-    double scale = 0;
-    for (double v : b)
-      if (std::isfinite(v)) scale = std::max(scale, std::abs(v));
-    double worst = 0;
-    std::size_t at = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      const double err = std::abs(a[i] - b[i]);
-      const double ratio = std::isnan(err) ? INFINITY : err / (kAtol + kNorm * scale + kRtol * std::abs(b[i]));
-      if (ratio > worst) worst = ratio, at = i;
-    }
-    std::ostringstream os;
-    os.precision(9);
-    if (worst > 1) os << what << ": worst at flat index " << at << ": xgrad " << a[at] << " vs torch " << b[at];
-    BOOST_TEST(worst <= 1.0, os.str());
-  }
-}
-
-// Gradients of sum(output * upstream) against "grad.<input>" and "grad.param.<name>".
-void compare_grads(Fixture& g, const Tensor& output, const NamedTensors& inputs, const NamedTensors& params) {
-  Tensor loss = sum(mul(output, g.at("upstream")));
-  std::vector<Tensor> wrt;
-  for (auto& [n, t] : inputs) wrt.push_back(t);
-  for (auto& [n, t] : params) wrt.push_back(t);
-  std::vector<Tensor> gs = grad({loss}, wrt);
-  for (std::size_t i = 0; i < inputs.size(); ++i) compare("grad." + inputs[i].first, gs[i], g.at("grad." + inputs[i].first));
-  for (std::size_t i = 0; i < params.size(); ++i)
-    compare("grad.param." + params[i].first, gs[inputs.size() + i], g.at("grad.param." + params[i].first));
-}
-
-std::set<std::string> names_of(const NamedTensors& ts) {
-  std::set<std::string> out;
-  for (const auto& [n, t] : ts) out.insert(n);
-  return out;
-}
-
 void run_mha(const std::string& fixture) {
-  Fixture g(fixture);
-  BOOST_TEST_REQUIRE(g.str("kind") == "mha");
-  Rng rng(0);
-  MultiHeadAttention mha(MultiHeadAttentionOptions(g.integer("embed_dim"), g.integer("num_heads"))
-                             .bias(g.integer("bias") != 0)
-                             .kdim(g.integer("kdim"))
-                             .vdim(g.integer("vdim"))
-                             .add_bias_kv(g.integer("add_bias_kv") != 0)
-                             .add_zero_attn(g.integer("add_zero_attn") != 0),
-                         rng);
-  const NamedTensors torch_params = g.params();
-  BOOST_TEST((names_of(mha.named_parameters()) == names_of(torch_params)));  // the state_dict loads as is
-  mha.load_parameters(torch_params);
-
-  NamedTensors inputs;
-  if (g.integer("self")) inputs = {{"x", g.leaf("x")}};
-  else inputs = {{"query", g.leaf("query")}, {"key", g.leaf("key")}, {"value", g.leaf("value")}};
-  const bool unbatched = g.integer("unbatched") != 0;
-  BOOST_TEST(inputs[0].second.dim() == (unbatched ? 2u : 3u));
-  AttentionOptions opt;
-  if (g.has("attn_mask")) opt.attn_mask = g.at("attn_mask");
-  if (g.has("key_padding_mask")) {
-    opt.key_padding_mask = g.at("key_padding_mask");
-    BOOST_TEST(g.str("kpm") == (opt.key_padding_mask.dtype() == DType::Bool ? "bool" : "float"));
-  }
-  opt.is_causal = g.integer("is_causal") != 0;
-  if (opt.is_causal) {
-    const Tensor& ref = g.at("ref.causal_mask");
-    BOOST_TEST(causal_mask(ref.shape()[0], ref.shape()[1]).to_vector() == ref.to_vector());
-  }
-  auto call = [&](const AttentionOptions& o) {
-    return inputs.size() == 1 ? mha.forward(inputs[0].second, o)
-                              : mha.forward(inputs[0].second, inputs[1].second, inputs[2].second, o);
-  };
-  {
-    NoGradGuard no_grad;  // the fused path (need_weights = false) gives the same output
-    compare("output (fused)", call(opt).output, g.at("output"));
-  }
-  opt.need_weights = true;
-  opt.average_attn_weights = false;
-  AttentionOutput out = call(opt);
-  compare("output", out.output, g.at("output"));
-  compare("weights", out.weights, g.at("weights"));
-  {
-    AttentionOptions avg = opt;
-    avg.average_attn_weights = true;
-    NoGradGuard no_grad;
-    compare("weights_avg", call(avg).weights, g.at("weights_avg"));
-  }
-  compare_grads(g, out.output, inputs, mha.named_parameters());
-  g.check_all_used();
+  Golden g(fixture, kApiDir);
+  Deviation dev;
+  run_mha_fixture(g, dev);
+  report(g, dev);
 }
 
 template <class F>
@@ -202,26 +76,6 @@ void expect_error(F fn, const char* kind, const std::vector<std::string>& parts)
   }
 }
 
-// f(inputs..., params...) with the module's parameters replaced by the given tensors.
-TensorFn with_params(Module& m, std::size_t n_inputs, std::function<Tensor(const std::vector<Tensor>&)> f) {
-  return [&m, n_inputs, f](const std::vector<Tensor>& in) {
-    auto slots = m.parameter_slots();
-    for (std::size_t i = 0; i < slots.size(); ++i) *slots[i].second = in[n_inputs + i];
-    return f(std::vector<Tensor>(in.begin(), in.begin() + long(n_inputs)));
-  };
-}
-
-std::vector<Tensor> inputs_and_params(std::vector<Tensor> inputs, Module& m) {
-  for (auto& [name, t] : m.named_parameters()) inputs.push_back(t);
-  return inputs;
-}
-
-GradcheckOptions opts(const std::string& name) {
-  GradcheckOptions o;
-  o.name = name;
-  o.full_jacobian_max = 0;
-  return o;
-}
 
 }  // namespace
 
@@ -450,31 +304,11 @@ BOOST_AUTO_TEST_CASE(golden_unbatched_float_kpm_bias_kv_zero_attn) { run_mha("un
 // A pre-LN block without any bias (nn.LayerNorm(bias=False) written as nanoGPT's LayerNorm
 // for torch 1.13), causal; GELU exact or tanh-approximate (GPT-2).
 void run_block_no_bias(const std::string& fixture) {
-  Fixture g(fixture);
-  BOOST_TEST_REQUIRE(g.str("kind") == "transformer_block");
+  Golden g(fixture, kApiDir);
   BOOST_TEST_REQUIRE(g.integer("bias") == 0);
-  const std::string gelu = g.str("gelu_approximate");
-  BOOST_TEST_REQUIRE((gelu == "none" || gelu == "tanh"));
-  Rng rng(0);
-  TransformerBlock block(TransformerBlockOptions(g.integer("embed_dim"), g.integer("num_heads"), g.integer("ff_hidden"))
-                             .bias(false)
-                             .gelu_approximate_tanh(gelu == "tanh"),
-                         rng);
-  const NamedTensors torch_params = g.params();
-  BOOST_TEST((names_of(block.named_parameters()) == names_of(torch_params)));
-  block.load_parameters(torch_params);
-  NamedTensors inputs{{"x", g.leaf("x")}};
-  AttentionOptions opt;
-  opt.is_causal = g.integer("is_causal") != 0;
-  const Tensor& ref = g.at("ref.causal_mask");
-  BOOST_TEST(causal_mask(ref.shape()[0], ref.shape()[1]).to_vector() == ref.to_vector());
-  opt.need_weights = true;
-  opt.average_attn_weights = false;
-  Tensor out = block.forward(inputs[0].second, opt);
-  compare("output", out, g.at("output"));
-  compare("weights", block.last_weights, g.at("weights"));
-  compare_grads(g, out, inputs, block.named_parameters());
-  g.check_all_used();
+  Deviation dev;
+  run_block_fixture(g, dev);
+  report(g, dev);
 }
 BOOST_AUTO_TEST_CASE(golden_block_no_bias) { run_block_no_bias("block_no_bias"); }
 BOOST_AUTO_TEST_CASE(golden_block_no_bias_gelu_tanh) { run_block_no_bias("block_no_bias_gelu_tanh"); }
@@ -520,7 +354,7 @@ BOOST_AUTO_TEST_CASE(block_without_bias_gradcheck) {
   o.is_causal = true;
   Tensor x = sample_randn({2, 3, 4}, rng);
   auto f = with_params(block, 1, [&](const auto& in) { return block.forward(in[0], o); });
-  auto r = gradcheck(f, inputs_and_params({x}, block), opts("block without bias"));
+  auto r = gradcheck(f, inputs_and_params({x}, block), model_check_options("block without bias"));
   BOOST_TEST(r.ok, r.message);
 }
 
@@ -533,9 +367,9 @@ BOOST_AUTO_TEST_CASE(feed_forward_gelu_tanh_gradcheck_and_gradgradcheck) {
   Tensor x = sample_randn({2, 3}, rng);
   auto f = with_params(ff, 1, [&](const auto& in) { return ff.forward(in[0]); });
   const auto all = inputs_and_params({x}, ff);
-  auto r1 = gradcheck(f, all, opts("FeedForward gelu tanh"));
+  auto r1 = gradcheck(f, all, model_check_options("FeedForward gelu tanh"));
   BOOST_TEST(r1.ok, r1.message);
-  auto r2 = gradgradcheck(f, all, opts("FeedForward gelu tanh"));
+  auto r2 = gradgradcheck(f, all, model_check_options("FeedForward gelu tanh"));
   BOOST_TEST(r2.ok, r2.message);
 }
 
@@ -604,9 +438,9 @@ BOOST_AUTO_TEST_CASE(gradcheck_and_gradgradcheck_new_features) {
         return self ? mha.forward(in[0], oo).output : mha.forward(in[0], in[1], in[2], oo).output;
       });
       const auto all = inputs_and_params(inputs, mha);
-      auto r1 = gradcheck(f, all, opts(c.name));
+      auto r1 = gradcheck(f, all, model_check_options(c.name));
       BOOST_TEST(r1.ok, r1.message);
-      auto r2 = gradgradcheck(f, all, opts(c.name));
+      auto r2 = gradgradcheck(f, all, model_check_options(c.name));
       BOOST_TEST(r2.ok, r2.message);
     }
   }

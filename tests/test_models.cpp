@@ -3,37 +3,27 @@
 #include <limits>
 
 #include "helpers.hpp"
+#include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/gradcheck.hpp"
+#include "xgrad/framework/registry.hpp"
+#include "xgrad/framework/tensor.hpp"
 #include "xgrad/models/attention.hpp"
+#include "xgrad/models/layers.hpp"
 #include "xgrad/models/loss.hpp"
+#include "xgrad/models/module.hpp"
 #include "xgrad/models/transformer.hpp"
+#include "xgrad/ops/mask.hpp"
+#include "xgrad/ops/shape.hpp"
 
 using namespace xgrad;
 using test::allclose;
+using test::inputs_and_params;
+using test::model_check_options;
+using test::with_params;
 
 namespace {
 
-// f(inputs..., params...) with the module's parameters replaced by the given tensors, so
-// gradcheck differentiates with respect to every parameter too.
-TensorFn with_params(Module& m, std::size_t n_inputs,
-                     std::function<Tensor(const std::vector<Tensor>&)> f) {
-  return [&m, n_inputs, f](const std::vector<Tensor>& in) {
-    auto slots = m.parameter_slots();
-    for (std::size_t i = 0; i < slots.size(); ++i) *slots[i].second = in[n_inputs + i];
-    return f(std::vector<Tensor>(in.begin(), in.begin() + long(n_inputs)));
-  };
-}
-
-std::vector<Tensor> inputs_and_params(std::vector<Tensor> inputs, Module& m) {
-  for (auto& [name, t] : m.named_parameters()) inputs.push_back(t);
-  return inputs;
-}
-
-GradcheckOptions opts(const std::string& name) {
-  GradcheckOptions o;
-  o.name = name;
-  o.full_jacobian_max = 0;  // random-upstream VJP check only: full Jacobians are large here
-  return o;
-}
 
 }  // namespace
 
@@ -139,7 +129,7 @@ BOOST_AUTO_TEST_CASE(layernorm_gradcheck) {
   auto f = with_params(ln, 1, [&](const auto& in) { return ln.forward(in[0]); });
   auto r = gradcheck(f, inputs_and_params({x}, ln), {"LayerNorm"});
   BOOST_TEST(r.ok, r.message);
-  auto r2 = gradgradcheck(f, inputs_and_params({x}, ln), opts("LayerNorm"));
+  auto r2 = gradgradcheck(f, inputs_and_params({x}, ln), model_check_options("LayerNorm"));
   BOOST_TEST(r2.ok, r2.message);
 }
 
@@ -240,7 +230,7 @@ BOOST_AUTO_TEST_CASE(mha_gradcheck_inputs_and_every_parameter_for_each_mask_kind
       auto f = with_params(mha, n, [&](const auto& in) {
         return n == 1 ? mha.forward(in[0], o).output : mha.forward(in[0], in[1], in[2], o).output;
       });
-      auto r = gradcheck(f, inputs_and_params(inputs, mha), opts("MHA " + c.name));
+      auto r = gradcheck(f, inputs_and_params(inputs, mha), model_check_options("MHA " + c.name));
       BOOST_TEST(r.ok, r.message);
       // Attention weights are differentiable too, and asking for them changes nothing.
       AttentionOptions ow = o;
@@ -287,7 +277,7 @@ BOOST_AUTO_TEST_CASE(mha_gradgradcheck_tiny) {
   o.is_causal = true;
   Tensor x = sample_randn({1, 2, 2}, rng);
   auto f = with_params(mha, 1, [&](const auto& in) { return mha.forward(in[0], o).output; });
-  auto r = gradgradcheck(f, inputs_and_params({x}, mha), opts("tiny MHA"));
+  auto r = gradgradcheck(f, inputs_and_params({x}, mha), model_check_options("tiny MHA"));
   BOOST_TEST(r.ok, r.message);
 }
 
@@ -299,7 +289,7 @@ BOOST_AUTO_TEST_CASE(transformer_block_gradcheck) {
   o.key_padding_mask = bool_tensor({false, false, true, false, false, false}, {2, 3});
   Tensor x = sample_randn({2, 3, 4}, rng);
   auto f = with_params(block, 1, [&](const auto& in) { return block.forward(in[0], o); });
-  auto r = gradcheck(f, inputs_and_params({x}, block), opts("TransformerBlock"));
+  auto r = gradcheck(f, inputs_and_params({x}, block), model_check_options("TransformerBlock"));
   BOOST_TEST(r.ok, r.message);
 }
 

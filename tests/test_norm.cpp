@@ -10,6 +10,14 @@
 #include <vector>
 
 #include "helpers.hpp"
+#include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/tensor.hpp"
+#include "xgrad/models/layers.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/norm.hpp"
+#include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/unary.hpp"
 
 using namespace xgrad;
 using test::allclose;

@@ -10,6 +10,16 @@
 #include <vector>
 
 #include "helpers.hpp"
+#include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/tensor.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/mask.hpp"
+#include "xgrad/ops/matmul.hpp"
+#include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/shape.hpp"
+#include "xgrad/ops/softmax.hpp"
+#include "xgrad/ops/unary.hpp"
 
 using namespace xgrad;
 using test::allclose;

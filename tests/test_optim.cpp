@@ -7,9 +7,16 @@
 
 #include "helpers.hpp"
 #include "xgrad/framework/array.hpp"
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/tensor.hpp"
+#include "xgrad/models/module.hpp"
 #include "xgrad/models/optim.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/matmul.hpp"
+#include "xgrad/ops/reduce.hpp"
 
 using namespace xgrad;
+using test::same_bits;
 using test::allclose;
 
 namespace {
@@ -43,21 +50,6 @@ void set_grads(Tiny& m, int t) {
   m.b.set_grad(tensor(grad_b(t), {3}, m.b.dtype()));
 }
 
-// Bit-identical: same dtype, shape and bytes.
-boost::test_tools::predicate_result same_bits(const Tensor& a, const Tensor& b) {
-  boost::test_tools::predicate_result r(true);
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) {
-    r = false;
-    r.message() << dtype_name(a.dtype()) << " " << shape_str(a.shape()) << " vs "
-                << dtype_name(b.dtype()) << " " << shape_str(b.shape());
-    return r;
-  }
-  if (a.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) != 0) {
-    r = false;
-    r.message() << "values differ: " << a << " vs " << b;
-  }
-  return r;
-}
 
 boost::test_tools::predicate_result same_state(const NamedTensors& a, const NamedTensors& b) {
   boost::test_tools::predicate_result r(true);

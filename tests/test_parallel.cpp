@@ -11,7 +11,23 @@
 #include <thread>
 
 #include "helpers.hpp"
+#include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/errors.hpp"
 #include "xgrad/framework/parallel.hpp"
+#include "xgrad/framework/runtime.hpp"
+#include "xgrad/framework/tensor.hpp"
+#include "xgrad/models/loss.hpp"
+#include "xgrad/models/optim.hpp"
+#include "xgrad/models/transformer.hpp"
+#include "xgrad/ops/attention.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/mask.hpp"
+#include "xgrad/ops/matmul.hpp"
+#include "xgrad/ops/norm.hpp"
+#include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/shape.hpp"
+#include "xgrad/ops/softmax.hpp"
+#include "xgrad/ops/unary.hpp"
 
 using namespace xgrad;
 using xgrad::test::with_threads;

@@ -2,6 +2,15 @@
 // and gradgradcheck (float64, random upstream gradient, full Jacobian for small samples), and
 // the fused first-order backwards against the differentiable (create_graph) ones.
 #include "helpers.hpp"
+#include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/gradcheck.hpp"
+#include "xgrad/framework/registry.hpp"
+#include "xgrad/framework/tensor.hpp"
+#include "xgrad/ops/attention.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/norm.hpp"
+#include "xgrad/ops/unary.hpp"
 
 using namespace xgrad;
 

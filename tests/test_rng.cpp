@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "helpers.hpp"
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/tensor.hpp"
+#include "xgrad/models/layers.hpp"
 #include "rng_libcxx/expected.hpp"
 
 using namespace xgrad;

@@ -1,5 +1,14 @@
 // Second order: derivatives of derivatives through create_graph.
 #include "helpers.hpp"
+#include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/gradcheck.hpp"
+#include "xgrad/framework/registry.hpp"
+#include "xgrad/framework/tensor.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/matmul.hpp"
+#include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/softmax.hpp"
+#include "xgrad/ops/unary.hpp"
 
 using namespace xgrad;
 using test::allclose;

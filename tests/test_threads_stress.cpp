@@ -9,6 +9,12 @@
 
 #include "helpers.hpp"
 #include "xgrad/framework/parallel.hpp"
+#include "xgrad/framework/runtime.hpp"
+#include "xgrad/framework/tensor.hpp"
+#include "xgrad/ops/attention.hpp"
+#include "xgrad/ops/matmul.hpp"
+#include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/unary.hpp"
 
 using namespace xgrad;
 
