@@ -27,9 +27,7 @@ extern "C" __attribute__((weak)) char* openblas_get_config(void);
 #ifndef XGRAD_VERSION
 #define XGRAD_VERSION "unknown"
 #endif
-#ifndef XGRAD_GIT_COMMIT
-#define XGRAD_GIT_COMMIT "unknown"
-#endif
+#include "xgrad_commit.h"  // XGRAD_GIT_COMMIT, rewritten by every build (cmake/WriteCommit.cmake)
 
 namespace xgrad {
 namespace detail {
