@@ -111,13 +111,14 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& query, const Tensor& k
   const bool unbatched = query.dim() == 2;
   if (!(query.dim() == 3 && key.dim() == 3 && value.dim() == 3) &&
       !(unbatched && key.dim() == 2 && value.dim() == 2))
-    throw_error<ShapeError>(op, "arguments must be all batch-first (B, L, features) or all unbatched (L, features); got ",
-                            shapes_of(query, key, value));
+    throw_error<ShapeError>(op, "arguments must be all batch-first (B, L, features) or all unbatched "
+                            "(L, features); got ", shapes_of(query, key, value));
   const DType dt = out_proj.weight.dtype();
   for (auto [arg, t] : {std::pair<const char*, const Tensor*>{"query", &query}, {"key", &key}, {"value", &value}})
     if (t->dtype() != dt)
       throw_error<DTypeError>(op, "argument '", arg, "' ", t->shape(), " is ", dtype_name(t->dtype()),
-                              " but the parameters are ", dtype_name(dt), " (convert the input, or the module with to())");
+                              " but the parameters are ", dtype_name(dt),
+                              " (convert the input, or the module with to())");
   const std::size_t ax = unbatched ? 0 : 1;  // sequence axis
   const std::size_t B = unbatched ? 1 : query.shape()[0], T = query.shape()[ax], S = key.shape()[ax];
   const std::size_t E = embed_dim, H = num_heads;

@@ -411,13 +411,15 @@ void load_checkpoint(const std::string& path, Module& model, Optimizer* opt) {
   if (!missing.empty() || !unexpected.empty())
     throw_error<IOError>(op, where, "parameter names do not match the model:",
                          missing.empty() ? "" : " missing " + quoted_list(missing) + ";",
-                         unexpected.empty() ? "" : " unexpected " + quoted_list(unexpected) + ";", " nothing was loaded");
+                         unexpected.empty() ? "" : " unexpected " + quoted_list(unexpected) + ";",
+                         " nothing was loaded");
   for (auto& [name, slot] : slots) {
     const Tensor& t = *given[name];
     if (!is_float(t.dtype()) || t.shape() != slot->shape())
       throw_error<IOError>(op, where, "tensor '", name, "' is ", dtype_name(t.dtype()), ' ', t.shape(),
                            " but the model's parameter is ", dtype_name(slot->dtype()), ' ', slot->shape(),
-                           is_float(t.dtype()) ? "" : " (parameters load from F32 or F64 only)", "; nothing was loaded");
+                           is_float(t.dtype()) ? "" : " (parameters load from F32 or F64 only)",
+                           "; nothing was loaded");
   }
   if (opt) {
     if (opt_state.empty())
@@ -425,7 +427,8 @@ void load_checkpoint(const std::string& path, Module& model, Optimizer* opt) {
     try {
       opt->validate_state_dict(opt_state);
     } catch (const Error& e) {
-      throw_error<IOError>(op, where, "optimizer state (entries under 'optimizer.'): ", e.what(), "; nothing was loaded");
+      throw_error<IOError>(op, where, "optimizer state (entries under 'optimizer.'): ", e.what(),
+                           "; nothing was loaded");
     }
     opt->load_state_dict(opt_state);
   }

@@ -123,8 +123,8 @@ Module::LoadResult Module::load_parameters(const NamedTensors& src, bool strict)
     if (it == given.end()) continue;
     const Tensor& t = *it->second;
     if (!t.defined())
-      throw_error<DTypeError>(op, "parameter '", name, "' must be a float32 or float64 tensor, got undefined",
-                              "; nothing was loaded");
+      throw_error<DTypeError>(op, "parameter '", name,
+                              "' must be a float32 or float64 tensor, got an undefined tensor; nothing was loaded");
     if (!is_float(t.dtype()))
       throw_error<DTypeError>(op, "parameter '", name, "' must be a float32 or float64 tensor, got ",
                               dtype_name(t.dtype()), " of shape ", t.shape(), "; nothing was loaded");

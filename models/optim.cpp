@@ -37,7 +37,8 @@ Optimizer::Optimizer(const NamedTensors& params, double lr_) : lr(lr_) {
   std::set<const TensorImpl*> impls;
   for (const auto& [n, p] : params) {
     if (n.empty()) throw_error<ValueError>("Optimizer", "parameter names must be non-empty");
-    if (!names.insert(n).second) throw_error<ValueError>("Optimizer", "parameter name '", n, "' appears more than once");
+    if (!names.insert(n).second)
+      throw_error<ValueError>("Optimizer", "parameter name '", n, "' appears more than once");
     if (!p.defined()) throw_error<ValueError>("Optimizer", "parameter '", n, "' is undefined");
     if (!is_float(p.dtype()))
       throw_error<DTypeError>("Optimizer", "parameter '", n, "' must be float32 or float64, got ", describe(p));

@@ -271,7 +271,8 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   check_same_float(op, "q", q, "k", k);
   check_same_float(op, "q", q, "v", v);
   if (q.dim() != 3 || k.dim() != 3 || v.dim() != 3)
-    throw_error<ShapeError>(op, "arguments 'q', 'k', 'v' must have rank 3, (B, L, features); got ", qkv_shapes(q, k, v));
+    throw_error<ShapeError>(op, "arguments 'q', 'k', 'v' must have rank 3, (B, L, features); got ",
+                            qkv_shapes(q, k, v));
   Dims d;
   d.B = q.shape()[0], d.T = q.shape()[1], d.S = k.shape()[1], d.H = H;
   if (k.shape()[0] != d.B || v.shape()[0] != d.B || v.shape()[1] != d.S || k.shape()[2] != q.shape()[2])
@@ -301,8 +302,8 @@ AttentionMasks check_masks(const char* op, const AttentionMasks& in, const Dims&
   }
   if (m.float_mask.defined()) {
     if (m.float_mask.dtype() != dtype)
-      throw_error<DTypeError>(op, "argument 'float_mask' ", m.float_mask.shape(), " is ", dtype_name(m.float_mask.dtype()),
-                              " but '", input, "' is ", dtype_name(dtype));
+      throw_error<DTypeError>(op, "argument 'float_mask' ", m.float_mask.shape(), " is ",
+                              dtype_name(m.float_mask.dtype()), " but '", input, "' is ", dtype_name(dtype));
     m.float_mask = check_attention_mask_shape(op, "float_mask", m.float_mask, full);
   }
   return m;
