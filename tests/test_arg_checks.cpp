@@ -5,6 +5,10 @@
 
 #include "helpers.hpp"
 
+#include "xgrad/models/loss.hpp"
+#include "xgrad/models/optim.hpp"
+#include "xgrad/ops/attention.hpp"
+
 using namespace xgrad;
 
 namespace {
