@@ -69,8 +69,7 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o, Rng& 
       attn_drop(o.dropout(), rng()) {
   const std::size_t E = embed_dim, H = num_heads;
   if (H == 0 || E % H != 0)
-    throw ValueError("MultiHeadAttention: embed_dim " + std::to_string(E) +
-                     " must be divisible by num_heads " + std::to_string(H));
+    throw_error<ValueError>("MultiHeadAttention", "embed_dim ", E, " must be divisible by num_heads ", H);
   if (kdim == E && vdim == E) {
     const double b = xavier_bound(E, 3 * E);
     in_proj_weight = uniform({3 * E, E}, -b, b, rng);
@@ -112,14 +111,14 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& query, const Tensor& k
   const bool unbatched = query.dim() == 2;
   if (!(query.dim() == 3 && key.dim() == 3 && value.dim() == 3) &&
       !(unbatched && key.dim() == 2 && value.dim() == 2))
-    throw ShapeError(std::string(op) + ": inputs must be all batch-first (B, L, features) or all unbatched "
-                     "(L, features); got " + shapes_of(query, key, value));
+    throw_error<ShapeError>(op, "arguments must be all batch-first (B, L, features) or all unbatched "
+                            "(L, features); got ", shapes_of(query, key, value));
   const DType dt = out_proj.weight.dtype();
   for (auto [arg, t] : {std::pair<const char*, const Tensor*>{"query", &query}, {"key", &key}, {"value", &value}})
     if (t->dtype() != dt)
-      throw DTypeError(std::string(op) + ": argument '" + arg + "' " + shape_str(t->shape()) + " is " +
-                       dtype_name(t->dtype()) + " but the parameters are " + dtype_name(dt) +
-                       " (convert the input, or the module with to())");
+      throw_error<DTypeError>(op, "argument '", arg, "' ", t->shape(), " is ", dtype_name(t->dtype()),
+                              " but the parameters are ", dtype_name(dt),
+                              " (convert the input, or the module with to())");
   const std::size_t ax = unbatched ? 0 : 1;  // sequence axis
   const std::size_t B = unbatched ? 1 : query.shape()[0], T = query.shape()[ax], S = key.shape()[ax];
   const std::size_t E = embed_dim, H = num_heads;
@@ -127,9 +126,9 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& query, const Tensor& k
                          value.shape()[ax + 1] == vdim && value.shape()[ax] == S &&
                          (unbatched || (key.shape()[0] == B && value.shape()[0] == B));
   if (!shapes_ok)
-    throw ShapeError(std::string(op) + ": expected query " + (unbatched ? "(T, " : "(B, T, ") + std::to_string(E) +
-                     "), key " + (unbatched ? "(S, " : "(B, S, ") + std::to_string(kdim) + "), value " +
-                     (unbatched ? "(S, " : "(B, S, ") + std::to_string(vdim) + "); got " + shapes_of(query, key, value));
+    throw_error<ShapeError>(op, "arguments must be query ", unbatched ? "(T, " : "(B, T, ", E, "), key ",
+                            unbatched ? "(S, " : "(B, S, ", kdim, "), value ", unbatched ? "(S, " : "(B, S, ", vdim,
+                            "); got ", shapes_of(query, key, value));
   AttentionMasks masks =
       attention_masks(op, opt.attn_mask, opt.key_padding_mask, opt.is_causal, {B, H, T, S}, dt, unbatched);
 

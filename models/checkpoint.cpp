@@ -63,8 +63,8 @@ class TempFile {
       path_ = target + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
       int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
       if (fd >= 0) {
-        file_ = ::fdopen(fd, "wb");
-        if (!file_) {
+        where = ::fdopen(fd, "wb");
+        if (!where) {
           int e = errno;
           ::close(fd);
           ::unlink(path_.c_str());
@@ -77,20 +77,20 @@ class TempFile {
     fail("creating a temporary file next to it", EEXIST);
   }
   ~TempFile() {
-    if (file_) std::fclose(file_);
+    if (where) std::fclose(where);
     if (!committed_) ::unlink(path_.c_str());
   }
   TempFile(const TempFile&) = delete;
   TempFile& operator=(const TempFile&) = delete;
 
   void write(const void* data, std::size_t n) {
-    if (n && std::fwrite(data, 1, n, file_) != n) fail("writing '" + path_ + "'", errno);
+    if (n && std::fwrite(data, 1, n, where) != n) fail("writing '" + path_ + "'", errno);
   }
   void commit() {
-    if (std::fflush(file_) != 0) fail("flushing '" + path_ + "'", errno);
-    if (::fsync(::fileno(file_)) != 0) fail("fsync of '" + path_ + "'", errno);
-    FILE* f = file_;
-    file_ = nullptr;
+    if (std::fflush(where) != 0) fail("flushing '" + path_ + "'", errno);
+    if (::fsync(::fileno(where)) != 0) fail("fsync of '" + path_ + "'", errno);
+    FILE* f = where;
+    where = nullptr;
     if (std::fclose(f) != 0) fail("closing '" + path_ + "'", errno);
     if (std::rename(path_.c_str(), target_.c_str()) != 0)
       fail("renaming '" + path_ + "' over it", errno);
@@ -111,7 +111,7 @@ class TempFile {
                   " (the previous file, if any, is unchanged)");
   }
   std::string target_, op_, path_;
-  FILE* file_ = nullptr;
+  FILE* where = nullptr;
   bool committed_ = false;
 };
 
@@ -252,12 +252,12 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   json header = json::object();
   std::uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    if (name.empty()) throw ValueError(op + ": '" + path + "': a tensor has an empty name");
+    if (name.empty()) throw_error<ValueError>(op, "'", path, "': a tensor has an empty name");
     if (name == "__metadata__")
-      throw ValueError(op + ": '" + path + "': '__metadata__' is reserved and cannot name a tensor");
+      throw_error<ValueError>(op, "'", path, "': '__metadata__' is reserved and cannot name a tensor");
     if (!names.insert(name).second)
-      throw ValueError(op + ": '" + path + "': tensor name '" + name + "' appears more than once");
-    if (!t.defined()) throw ValueError(op + ": '" + path + "': tensor '" + name + "' is undefined");
+      throw_error<ValueError>(op, "'", path, "': tensor name '", name, "' appears more than once");
+    if (!t.defined()) throw_error<ValueError>(op, "'", path, "': tensor '", name, "' is undefined");
     const std::uint64_t nbytes = std::uint64_t(t.numel()) * itemsize(t.dtype());
     header[name] = {{"dtype", st_dtype(t.dtype())},
                     {"shape", t.shape()},
@@ -269,8 +269,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   try {
     text = header.dump();
   } catch (const json::exception& e) {
-    throw ValueError(op + ": '" + path + "': a tensor name or metadata string is not valid UTF-8 (" +
-                     e.what() + ")");
+    throw_error<ValueError>(op, "'", path, "': a tensor name or metadata string is not valid UTF-8 (", e.what(), ")");
   }
   text.append((8 - text.size() % 8) % 8, ' ');
 
@@ -390,7 +389,8 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
 }
 
 void load_checkpoint(const std::string& path, Module& model, Optimizer* opt) {
-  const std::string op = "load_checkpoint: '" + path + "': ";
+  const char* op = "load_checkpoint";
+  const std::string where = "'" + path + "': ";
   SafetensorsFile file = load_safetensors(path);
   auto slots = model.parameter_slots();
   std::map<std::string, const Tensor*> given;
@@ -409,28 +409,26 @@ void load_checkpoint(const std::string& path, Module& model, Optimizer* opt) {
   for (auto& [name, slot] : slots)
     if (!given[name]) missing.push_back(name);
   if (!missing.empty() || !unexpected.empty())
-    throw IOError(op + "parameter names do not match the model:" +
-                  (missing.empty() ? "" : " missing " + quoted_list(missing) + ";") +
-                  (unexpected.empty() ? "" : " unexpected " + quoted_list(unexpected) + ";") +
-                  " nothing was loaded");
+    throw_error<IOError>(op, where, "parameter names do not match the model:",
+                         missing.empty() ? "" : " missing " + quoted_list(missing) + ";",
+                         unexpected.empty() ? "" : " unexpected " + quoted_list(unexpected) + ";",
+                         " nothing was loaded");
   for (auto& [name, slot] : slots) {
     const Tensor& t = *given[name];
     if (!is_float(t.dtype()) || t.shape() != slot->shape())
-      throw IOError(op + "tensor '" + name + "' is " + dtype_name(t.dtype()) + " " +
-                    shape_str(t.shape()) + " but the model's parameter is " +
-                    dtype_name(slot->dtype()) + " " + shape_str(slot->shape()) +
-                    (is_float(t.dtype()) ? "" : " (parameters load from F32 or F64 only)") +
-                    "; nothing was loaded");
+      throw_error<IOError>(op, where, "tensor '", name, "' is ", dtype_name(t.dtype()), ' ', t.shape(),
+                           " but the model's parameter is ", dtype_name(slot->dtype()), ' ', slot->shape(),
+                           is_float(t.dtype()) ? "" : " (parameters load from F32 or F64 only)",
+                           "; nothing was loaded");
   }
   if (opt) {
     if (opt_state.empty())
-      throw IOError(op + "the file has no optimizer state ('optimizer.*' entries); nothing was "
-                    "loaded");
+      throw_error<IOError>(op, where, "the file has no optimizer state ('optimizer.*' entries); nothing was loaded");
     try {
       opt->validate_state_dict(opt_state);
     } catch (const Error& e) {
-      throw IOError(op + "optimizer state (entries under 'optimizer.'): " + e.what() +
-                    "; nothing was loaded");
+      throw_error<IOError>(op, where, "optimizer state (entries under 'optimizer.'): ", e.what(),
+                           "; nothing was loaded");
     }
     opt->load_state_dict(opt_state);
   }

@@ -36,7 +36,7 @@ LayerNorm::LayerNorm(const LayerNormOptions& o) : eps(o.eps()) {
 Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
 
 Tensor dropout(const Tensor& x, double p, bool training, Rng& rng) {
-  if (!(p >= 0 && p < 1)) throw ValueError("dropout: p must be in [0, 1), got " + std::to_string(p));
+  if (!(p >= 0 && p < 1)) throw_error<ValueError>("dropout", "argument 'p' must be in [0, 1), got ", p);
   if (!training || p == 0) return x;
   check_float("dropout", "x", x);
   std::vector<double> m(x.numel());
@@ -45,7 +45,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Rng& rng) {
 }
 
 Dropout::Dropout(double p_, std::uint64_t seed) : p(p_), rng_(seed) {
-  if (!(p >= 0 && p < 1)) throw ValueError("Dropout: p must be in [0, 1), got " + std::to_string(p));
+  if (!(p >= 0 && p < 1)) throw_error<ValueError>("Dropout", "argument 'p' must be in [0, 1), got ", p);
 }
 Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, training(), rng_); }
 
@@ -66,8 +66,7 @@ Tensor FeedForward::forward(const Tensor& x) {
 static void check_positions(const char* op, const Tensor& x, const Shape& table) {
   check_float(op, "x", x);
   if (x.dim() != 3 || x.shape()[2] != table[1] || x.shape()[1] > table[0])
-    throw ShapeError(std::string(op) + ": argument 'x' must be (B, T, " + std::to_string(table[1]) +
-                     ") with T <= " + std::to_string(table[0]) + ", got " + shape_str(x.shape()));
+    throw_error<ShapeError>(op, "argument 'x' ", x.shape(), " must be (B, T, ", table[1], ") with T <= ", table[0]);
 }
 
 LearnedPositionalEncoding::LearnedPositionalEncoding(std::size_t max_len, std::size_t dim, Rng& rng) {

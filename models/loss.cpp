@@ -8,19 +8,19 @@ namespace xgrad {
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index,
                      double label_smoothing) {
   check_float("cross_entropy", "logits", logits);
-  if (!targets.defined() || targets.dtype() != DType::Int64)
-    throw DTypeError("cross_entropy: argument 'targets' must be int64" +
-                     (targets.defined() ? ", got " + std::string(dtype_name(targets.dtype())) +
-                                              " of shape " + shape_str(targets.shape())
-                                        : std::string()));
+  if (!targets.defined())
+    throw_error<DTypeError>("cross_entropy", "argument 'targets' must be int64, got an undefined tensor");
+  if (targets.dtype() != DType::Int64)
+    throw_error<DTypeError>("cross_entropy", "argument 'targets' must be int64, got ", dtype_name(targets.dtype()),
+                            " of shape ", targets.shape());
   const Shape& ls = logits.shape();
   if (ls.empty() || targets.dim() + 1 != ls.size() ||
       !std::equal(targets.shape().begin(), targets.shape().end(), ls.begin()))
-    throw ShapeError("cross_entropy: argument 'logits' " + shape_str(ls) +
-                     " must be targets' shape " + shape_str(targets.shape()) + " plus a class dim");
+    throw_error<ShapeError>("cross_entropy", "argument 'logits' ", ls, " must be the shape of 'targets' ",
+                            targets.shape(), " plus a class axis");
   if (!(label_smoothing >= 0 && label_smoothing <= 1))
-    throw ValueError("cross_entropy: label_smoothing must be in [0, 1], got " +
-                     std::to_string(label_smoothing));
+    throw_error<ValueError>("cross_entropy", "argument 'label_smoothing' must be in [0, 1], got ", label_smoothing,
+                            " (for 'logits' ", ls, ")");
   const std::size_t C = ls.back(), N = targets.numel();
   const std::int64_t* t = targets.data<std::int64_t>();
   std::vector<double> w(N * C, 0.0);
@@ -28,8 +28,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t i
   for (std::size_t i = 0; i < N; ++i) {
     if (t[i] == ignore_index) continue;
     if (t[i] < 0 || std::size_t(t[i]) >= C)
-      throw IndexError("cross_entropy: target " + std::to_string(t[i]) + " at flat position " +
-                       std::to_string(i) + " is out of range for " + std::to_string(C) + " classes");
+      throw_error<IndexError>("cross_entropy", "target ", t[i], " at flat position ", i, " of argument 'targets' ",
+                              targets.shape(), " is out of range for ", C, " classes of 'logits' ", ls);
     ++kept;
     for (std::size_t c = 0; c < C; ++c) w[i * C + c] = label_smoothing / double(C);
     w[i * C + std::size_t(t[i])] += 1.0 - label_smoothing;
@@ -46,9 +46,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t i
 
 Tensor mse_loss(const Tensor& a, const Tensor& b) {
   check_same_float("mse_loss", "a", a, "b", b);
-  if (a.shape() != b.shape())
-    throw ShapeError("mse_loss: argument 'a' " + shape_str(a.shape()) + " and 'b' " +
-                     shape_str(b.shape()) + " must have one shape");
+  check_same_shape("mse_loss", "a", a, "b", b);
   Tensor d = sub(a, b);
   return mean(mul(d, d));
 }

@@ -11,7 +11,8 @@ namespace xgrad {
 
 void Module::register_parameter(const std::string& name, Tensor* slot) {
   if (!slot->defined() || !is_float(slot->dtype()))
-    throw ValueError("Module: parameter '" + name + "' must be a defined float tensor");
+    throw_error<ValueError>("Module", "parameter '", name, "' must be a defined float tensor, got ",
+                            slot->defined() ? dtype_name(slot->dtype()) : "an undefined tensor");
   slot->set_requires_grad(true);
   params_.emplace_back(name, slot);
 }
@@ -71,8 +72,7 @@ void Module::zero_grad() {
 
 void Module::to(DType dtype) {
   if (!is_float(dtype))
-    throw DTypeError(std::string("Module::to: dtype must be float32 or float64, got ") +
-                     dtype_name(dtype));
+    throw_error<DTypeError>("Module::to", "argument 'dtype' must be float32 or float64, got ", dtype_name(dtype));
   for (auto& [name, slot] : parameter_slots()) {
     if (slot->dtype() == dtype) continue;
     Tensor converted;
@@ -105,7 +105,7 @@ Module::LoadResult Module::load_parameters(const NamedTensors& src, bool strict)
   LoadResult result;
   for (auto& [name, t] : src) {
     if (!seen.insert(name).second)
-      throw ValueError(op + ": parameter '" + name + "' appears more than once in the source");
+      throw_error<ValueError>(op, "parameter '", name, "' appears more than once in the source");
     if (by_name.count(name))
       given[name] = &t;
     else
@@ -114,21 +114,23 @@ Module::LoadResult Module::load_parameters(const NamedTensors& src, bool strict)
   for (auto& [name, slot] : slots)
     if (!given.count(name)) result.missing_keys.push_back(name);
   if (strict && (!result.missing_keys.empty() || !result.unexpected_keys.empty()))
-    throw ValueError(op + ": parameter names do not match the model:" +
-                     (result.missing_keys.empty() ? "" : " missing " + quoted(result.missing_keys) + ";") +
-                     (result.unexpected_keys.empty() ? "" : " unexpected " + quoted(result.unexpected_keys) + ";") +
-                     " nothing was loaded (strict = false loads the matching names)");
+    throw_error<ValueError>(op, "parameter names do not match the model:",
+                            result.missing_keys.empty() ? "" : " missing " + quoted(result.missing_keys) + ";",
+                            result.unexpected_keys.empty() ? "" : " unexpected " + quoted(result.unexpected_keys) + ";",
+                            " nothing was loaded (strict = false loads the matching names)");
   for (auto& [name, slot] : slots) {
     auto it = given.find(name);
     if (it == given.end()) continue;
     const Tensor& t = *it->second;
-    if (!t.defined() || !is_float(t.dtype()))
-      throw DTypeError(op + ": parameter '" + name + "' must be a float32 or float64 tensor, got " +
-                       (t.defined() ? std::string(dtype_name(t.dtype())) : std::string("undefined")) +
-                       "; nothing was loaded");
+    if (!t.defined())
+      throw_error<DTypeError>(op, "parameter '", name,
+                              "' must be a float32 or float64 tensor, got an undefined tensor; nothing was loaded");
+    if (!is_float(t.dtype()))
+      throw_error<DTypeError>(op, "parameter '", name, "' must be a float32 or float64 tensor, got ",
+                              dtype_name(t.dtype()), " of shape ", t.shape(), "; nothing was loaded");
     if (t.shape() != slot->shape())
-      throw ShapeError(op + ": parameter '" + name + "' has shape " + shape_str(t.shape()) +
-                       " but the model expects " + shape_str(slot->shape()) + "; nothing was loaded");
+      throw_error<ShapeError>(op, "parameter '", name, "' has shape ", t.shape(), " but the model expects ",
+                              slot->shape(), "; nothing was loaded");
   }
   NoGradGuard no_grad;
   for (auto& [name, t] : given) {

@@ -2,7 +2,6 @@
 #include <cmath>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "xgrad/framework/array.hpp"
 #include "xgrad/framework/autograd.hpp"
@@ -11,18 +10,12 @@
 namespace xgrad {
 namespace {
 
-std::string num(double x) {
-  std::ostringstream os;
-  os << x;
-  return os.str();
-}
-
 std::string describe(const Tensor& t) {
   return std::string(dtype_name(t.dtype())) + " " + shape_str(t.shape());
 }
 
 void require(bool ok, const std::string& op, const std::string& what, double value) {
-  if (!ok) throw ValueError(op + ": " + what + ", got " + num(value));
+  if (!ok) throw_error<ValueError>(op, what, ", got ", value);
 }
 
 template <class T> std::size_t first_non_finite(const Tensor& g) {
@@ -43,15 +36,14 @@ Optimizer::Optimizer(const NamedTensors& params, double lr_) : lr(lr_) {
   std::set<std::string> names;
   std::set<const TensorImpl*> impls;
   for (const auto& [n, p] : params) {
-    if (n.empty()) throw ValueError("Optimizer: parameter names must be non-empty");
+    if (n.empty()) throw_error<ValueError>("Optimizer", "parameter names must be non-empty");
     if (!names.insert(n).second)
-      throw ValueError("Optimizer: parameter name '" + n + "' appears more than once");
-    if (!p.defined()) throw ValueError("Optimizer: parameter '" + n + "' is undefined");
+      throw_error<ValueError>("Optimizer", "parameter name '", n, "' appears more than once");
+    if (!p.defined()) throw_error<ValueError>("Optimizer", "parameter '", n, "' is undefined");
     if (!is_float(p.dtype()))
-      throw DTypeError("Optimizer: parameter '" + n + "' must be float32 or float64, got " +
-                       describe(p));
+      throw_error<DTypeError>("Optimizer", "parameter '", n, "' must be float32 or float64, got ", describe(p));
     if (!impls.insert(p.impl()).second)
-      throw ValueError("Optimizer: parameter '" + n + "' is the same tensor as an earlier one");
+      throw_error<ValueError>("Optimizer", "parameter '", n, "' is the same tensor as an earlier one");
   }
   params_ = params;
   state_.resize(params_.size());
@@ -74,19 +66,17 @@ void Optimizer::step() {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     if (g.dtype() != p.dtype())
-      throw DTypeError(op + ": gradient of parameter '" + n + "' is " + describe(g) +
-                       " but the parameter is " + describe(p) + "; nothing was updated");
+      throw_error<DTypeError>(op, "gradient of parameter '", n, "' is ", describe(g), " but the parameter is ",
+                              describe(p), "; nothing was updated");
     if (g.shape() != p.shape())
-      throw ShapeError(op + ": gradient of parameter '" + n + "' has shape " +
-                       shape_str(g.shape()) + " but the parameter has shape " +
-                       shape_str(p.shape()) + "; nothing was updated");
+      throw_error<ShapeError>(op, "gradient of parameter '", n, "' has shape ", g.shape(),
+                              " but the parameter has shape ", p.shape(), "; nothing was updated");
     const std::size_t bad = dispatch_float(op.c_str(), g.dtype(), [&](auto zero) {
       return first_non_finite<decltype(zero)>(g);
     });
     if (bad < g.numel())
-      throw ValueError(op + ": gradient of parameter '" + n + "' " + shape_str(g.shape()) +
-                       " has the non-finite value " + num(g.to_vector()[bad]) +
-                       " at flat index " + std::to_string(bad) + "; nothing was updated");
+      throw_error<ValueError>(op, "gradient of parameter '", n, "' ", g.shape(), " has the non-finite value ",
+                              g.to_vector()[bad], " at flat index ", bad, "; nothing was updated");
     grads[i] = g;
   }
   // Allocate missing state first, so that the update loop below cannot fail half-way.
@@ -133,10 +123,9 @@ void Optimizer::validate_state_dict(const NamedTensors& state) const {
 
   auto check_step_scalar = [&](const std::string& entry, const Tensor& t) {
     if (t.dtype() != DType::Int64 || t.dim() != 0)
-      throw DTypeError(op + ": '" + entry + "' must be an int64 scalar, got " + describe(t));
+      throw_error<DTypeError>(op, "entry '", entry, "' must be an int64 scalar, got ", describe(t));
     if (t.data<std::int64_t>()[0] < 0)
-      throw ValueError(op + ": '" + entry + "' must be >= 0, got " +
-                       std::to_string(t.data<std::int64_t>()[0]));
+      throw_error<ValueError>(op, "entry '", entry, "' must be >= 0, got ", t.data<std::int64_t>()[0]);
   };
 
   bool have_step = false;
@@ -144,8 +133,8 @@ void Optimizer::validate_state_dict(const NamedTensors& state) const {
   std::vector<std::vector<bool>> found(params_.size(), std::vector<bool>(kinds.size(), false));
   for (const auto& [entry, t] : state) {
     if (!seen.insert(entry).second)
-      throw ValueError(op + ": entry '" + entry + "' appears more than once");
-    if (!t.defined()) throw ValueError(op + ": entry '" + entry + "' is undefined");
+      throw_error<ValueError>(op, "entry '", entry, "' appears more than once");
+    if (!t.defined()) throw_error<ValueError>(op, "entry '", entry, "' is undefined");
     if (entry == "step") {
       check_step_scalar(entry, t);
       have_step = true;
@@ -157,29 +146,26 @@ void Optimizer::validate_state_dict(const NamedTensors& state) const {
       if (entry.compare(0, prefix.size(), prefix) != 0) continue;
       auto it = index.find(entry.substr(prefix.size()));
       if (it == index.end())
-        throw ValueError(op + ": entry '" + entry + "' names no parameter of this optimizer");
+        throw_error<ValueError>(op, "entry '", entry, "' names no parameter of this optimizer");
       kind = k;
       param = it->second;
     }
     if (kind == kinds.size())
-      throw ValueError(op + ": unexpected entry '" + entry + "' (not a state of " + name() +
-                       ")");
+      throw_error<ValueError>(op, "unexpected entry '", entry, "' (not a state of ", name(), ")");
     if (kind == nbuf) {
       check_step_scalar(entry, t);
     } else {
       const Tensor& p = params_[param].second;
       if (!is_float(t.dtype()))
-        throw DTypeError(op + ": entry '" + entry + "' is " + describe(t) + " but parameter '" +
-                         params_[param].first + "' is " + describe(p) +
-                         " (buffers must be float32 or float64)");
+        throw_error<DTypeError>(op, "entry '", entry, "' is ", describe(t), " but parameter '", params_[param].first,
+                                "' is ", describe(p), " (buffers must be float32 or float64)");
       if (t.shape() != p.shape())
-        throw ShapeError(op + ": entry '" + entry + "' has shape " + shape_str(t.shape()) +
-                         " but parameter '" + params_[param].first + "' has shape " +
-                         shape_str(p.shape()));
+        throw_error<ShapeError>(op, "entry '", entry, "' has shape ", t.shape(), " but parameter '",
+                                params_[param].first, "' has shape ", p.shape());
     }
     found[param][kind] = true;
   }
-  if (!have_step) throw ValueError(op + ": missing entry 'step'");
+  if (!have_step) throw_error<ValueError>(op, "missing entry 'step'");
   for (std::size_t i = 0; i < params_.size(); ++i) {
     std::string missing;
     bool any = false;
@@ -188,8 +174,7 @@ void Optimizer::validate_state_dict(const NamedTensors& state) const {
       if (!found[i][k]) missing += (missing.empty() ? "'" : ", '") + kinds[k] + "." + params_[i].first + "'";
     }
     if (any && !missing.empty())
-      throw ValueError(op + ": the state of parameter '" + params_[i].first +
-                       "' is incomplete: missing " + missing);
+      throw_error<ValueError>(op, "the state of parameter '", params_[i].first, "' is incomplete: missing ", missing);
   }
 }
 
@@ -254,9 +239,8 @@ void SGD::check_hyperparameters() const {
   require(std::isfinite(weight_decay) && weight_decay >= 0, name(),
           "weight_decay must be finite and >= 0", weight_decay);
   if (nesterov && (momentum <= 0 || dampening != 0))
-    throw ValueError(std::string(name()) +
-                     ": nesterov momentum requires momentum > 0 and dampening = 0, got momentum " +
-                     num(momentum) + " and dampening " + num(dampening));
+    throw_error<ValueError>(name(), "nesterov momentum requires momentum > 0 and dampening = 0, got momentum ",
+                            momentum, " and dampening ", dampening);
 }
 
 namespace {
@@ -388,11 +372,11 @@ double squared_norm(const Tensor& g) {
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   if (!(max_norm >= 0))
-    throw ValueError("clip_grad_norm: max_norm must be >= 0, got " + num(max_norm));
+    throw_error<ValueError>("clip_grad_norm", "argument 'max_norm' must be >= 0, got ", max_norm);
   double sq = 0;
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (!params[i].defined())
-      throw ValueError("clip_grad_norm: parameter " + std::to_string(i) + " is undefined");
+      throw_error<ValueError>("clip_grad_norm", "parameter ", i, " of ", params.size(), " is undefined");
     Tensor g = params[i].grad();
     if (!g.defined()) continue;
     sq += squared_norm(g);
@@ -416,14 +400,12 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
 double warmup_cosine_lr(std::int64_t step, double base_lr, std::int64_t warmup_steps,
                         std::int64_t total_steps, double min_lr) {
   const std::string op = "warmup_cosine_lr";
-  if (step < 0) throw ValueError(op + ": step must be >= 0, got " + std::to_string(step));
+  if (step < 0) throw_error<ValueError>(op, "argument 'step' must be >= 0, got ", step);
   if (warmup_steps < 0 || warmup_steps > total_steps)
-    throw ValueError(op + ": need 0 <= warmup_steps <= total_steps, got warmup_steps " +
-                     std::to_string(warmup_steps) + " and total_steps " +
-                     std::to_string(total_steps));
+    throw_error<ValueError>(op, "need 0 <= warmup_steps <= total_steps, got warmup_steps ", warmup_steps,
+                            " and total_steps ", total_steps);
   if (!(min_lr >= 0 && min_lr <= base_lr) || !std::isfinite(base_lr))
-    throw ValueError(op + ": need 0 <= min_lr <= base_lr (finite), got min_lr " + num(min_lr) +
-                     " and base_lr " + num(base_lr));
+    throw_error<ValueError>(op, "need 0 <= min_lr <= base_lr (finite), got min_lr ", min_lr, " and base_lr ", base_lr);
   if (step < warmup_steps) return base_lr * double(step + 1) / double(warmup_steps);
   if (step >= total_steps) return min_lr;
   const double r = double(step - warmup_steps) / double(total_steps - warmup_steps);

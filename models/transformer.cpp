@@ -52,14 +52,12 @@ TransformerBody::TransformerBody(const TransformerConfig& c)
 }
 
 Tensor TransformerBody::forward(const Tensor& tokens, const AttentionOptions& options) {
-  if (!tokens.defined() || tokens.dtype() != DType::Int64)
-    throw DTypeError("Transformer: argument 'tokens' must be (B, T) int64" +
-                     (tokens.defined() ? ", got " + std::string(dtype_name(tokens.dtype())) + " of shape " +
-                                             shape_str(tokens.shape())
-                                       : std::string()));
-  if (tokens.dim() != 2)
-    throw ShapeError("Transformer: argument 'tokens' must be (B, T) int64, got " +
-                     shape_str(tokens.shape()));
+  if (!tokens.defined())
+    throw_error<DTypeError>("Transformer", "argument 'tokens' must be (B, T) int64, got an undefined tensor");
+  if (tokens.dtype() != DType::Int64)
+    throw_error<DTypeError>("Transformer", "argument 'tokens' must be (B, T) int64, got ", dtype_name(tokens.dtype()),
+                            " of shape ", tokens.shape());
+  check_rank("Transformer", "tokens", tokens, 2, "(B, T)");
   Tensor x = tok_emb.forward(tokens);
   x = pos_learned ? pos_learned->forward(x) : pos_sin->forward(x);
   x = emb_drop.forward(x);

@@ -271,40 +271,39 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   check_same_float(op, "q", q, "k", k);
   check_same_float(op, "q", q, "v", v);
   if (q.dim() != 3 || k.dim() != 3 || v.dim() != 3)
-    throw ShapeError(std::string(op) + ": 'q', 'k', 'v' must be (B, L, features); got " + qkv_shapes(q, k, v));
+    throw_error<ShapeError>(op, "arguments 'q', 'k', 'v' must have rank 3, (B, L, features); got ",
+                            qkv_shapes(q, k, v));
   Dims d;
   d.B = q.shape()[0], d.T = q.shape()[1], d.S = k.shape()[1], d.H = H;
   if (k.shape()[0] != d.B || v.shape()[0] != d.B || v.shape()[1] != d.S || k.shape()[2] != q.shape()[2])
-    throw ShapeError(std::string(op) + ": expected q (B, T, E), k (B, S, E), v (B, S, Ev); got " + qkv_shapes(q, k, v));
+    throw_error<ShapeError>(op, "arguments must be q (B, T, E), k (B, S, E), v (B, S, Ev); got ", qkv_shapes(q, k, v));
   if (H == 0 || q.shape()[2] % H != 0 || v.shape()[2] % H != 0)
-    throw ShapeError(std::string(op) + ": num_heads " + std::to_string(H) +
-                     " must divide the features of q and v; got " + qkv_shapes(q, k, v));
+    throw_error<ShapeError>(op, "num_heads ", H, " must divide the features of q and v; got ", qkv_shapes(q, k, v));
   d.D = q.shape()[2] / H, d.Dv = v.shape()[2] / H;
   return d;
 }
 
 // The masks with `mask` and `float_mask` in the shapes the kernels read: (T, S) or 4-D.
-AttentionMasks check_masks(const char* op, const AttentionMasks& in, const Dims& d, DType dtype) {
+// `input` names the argument whose dtype is `dtype` ("q" or "qkv").
+AttentionMasks check_masks(const char* op, const AttentionMasks& in, const Dims& d, DType dtype, const char* input) {
   const Shape full{d.B, d.H, d.T, d.S};
   AttentionMasks m = in;
   if (m.mask.defined()) {
     if (m.mask.dtype() != DType::Bool)
-      throw DTypeError(std::string(op) + ": argument 'mask' must be a bool mask, got " + dtype_name(m.mask.dtype()) +
-                       " of shape " + shape_str(m.mask.shape()));
+      throw_error<DTypeError>(op, "argument 'mask' must be a bool mask, got ", dtype_name(m.mask.dtype()), " of shape ",
+                              m.mask.shape());
     m.mask = check_attention_mask_shape(op, "mask", m.mask, full);
   }
   if (m.key_padding_mask.defined()) {
     if (m.key_padding_mask.dtype() != DType::Bool)
-      throw DTypeError(std::string(op) + ": argument 'key_padding_mask' must be bool (true = padding), got " +
-                       dtype_name(m.key_padding_mask.dtype()));
-    if (m.key_padding_mask.shape() != Shape{d.B, d.S})
-      throw ShapeError(std::string(op) + ": argument 'key_padding_mask' " + shape_str(m.key_padding_mask.shape()) +
-                       " must be (B, S) = " + shape_str({d.B, d.S}));
+      throw_error<DTypeError>(op, "argument 'key_padding_mask' must be bool (true = padding), got ",
+                              dtype_name(m.key_padding_mask.dtype()), " of shape ", m.key_padding_mask.shape());
+    check_shape(op, "key_padding_mask", m.key_padding_mask, {d.B, d.S}, "(B, S)");
   }
   if (m.float_mask.defined()) {
     if (m.float_mask.dtype() != dtype)
-      throw DTypeError(std::string(op) + ": argument 'float_mask' is " + dtype_name(m.float_mask.dtype()) +
-                       " but q is " + dtype_name(dtype));
+      throw_error<DTypeError>(op, "argument 'float_mask' ", m.float_mask.shape(), " is ",
+                              dtype_name(m.float_mask.dtype()), " but '", input, "' is ", dtype_name(dtype));
     m.float_mask = check_attention_mask_shape(op, "float_mask", m.float_mask, full);
   }
   return m;
@@ -312,7 +311,7 @@ AttentionMasks check_masks(const char* op, const AttentionMasks& in, const Dims&
 
 double resolve_scale(const char* op, double scale, const Dims& d) {
   if (!std::isfinite(scale))
-    throw ValueError(std::string(op) + ": argument 'scale' must be finite, got " + std::to_string(scale));
+    throw_error<ValueError>(op, "argument 'scale' must be finite, got ", scale);
   if (scale != 0) return scale;
   return d.D > 0 ? 1.0 / std::sqrt(double(d.D)) : 1.0;
 }
@@ -437,13 +436,13 @@ Tensor check_attention_mask_shape(const char* op, const char* arg, const Tensor&
     for (std::size_t i = 0; i < 4; ++i) fits = fits && (s[i] == scores[i] || s[i] == 1);
     if (fits) return mask;
   }
-  const std::string ts = "(T, S) = " + shape_str({T, S});
-  throw ShapeError(std::string(op) + ": argument '" + arg + "' " + shape_str(s) + " must be " +
-                   (unbatched ? ts + " or (H, T, S) = " + shape_str({H, T, S}) + " for unbatched input"
-                              : ts + ", (B*H, T, S) = " + shape_str({B * H, T, S}) +
-                                    " or 4-D broadcastable to (B, H, T, S) = " + shape_str(scores) +
-                                    " (a 3-D mask is PyTorch's (B*H, T, S), entry b*H + h; (B, T, S) is not"
-                                    " accepted: pass (B, 1, T, S))"));
+  if (unbatched)
+    throw_error<ShapeError>(op, "argument '", arg, "' ", s, " must be (T, S) = ", Shape{T, S}, " or (H, T, S) = ",
+                            Shape{H, T, S}, " for unbatched input");
+  throw_error<ShapeError>(op, "argument '", arg, "' ", s, " must be (T, S) = ", Shape{T, S}, ", (B*H, T, S) = ",
+                          Shape{B * H, T, S}, " or 4-D broadcastable to (B, H, T, S) = ", scores,
+                          " (a 3-D mask is PyTorch's (B*H, T, S), entry b*H + h; (B, T, S) is not"
+                          " accepted: pass (B, 1, T, S))");
 }
 
 AttentionMasks attention_masks(const char* op, const Tensor& attn_mask, const Tensor& key_padding_mask,
@@ -451,12 +450,11 @@ AttentionMasks attention_masks(const char* op, const Tensor& attn_mask, const Te
   const std::size_t B = scores.at(0), S = scores.at(3);
   auto check_dtype = [&](const char* arg, const Tensor& m, const char* meaning) {
     if (m.dtype() != DType::Bool && !is_float(m.dtype()))
-      throw DTypeError(std::string(op) + ": argument '" + arg + "' " + shape_str(m.shape()) +
-                       " must be bool (" + meaning + ") or float (added to the scores), got " +
-                       dtype_name(m.dtype()));
+      throw_error<DTypeError>(op, "argument '", arg, "' ", m.shape(), " must be bool (", meaning,
+                              ") or float (added to the scores), got ", dtype_name(m.dtype()));
     if (is_float(m.dtype()) && m.dtype() != dtype)
-      throw DTypeError(std::string(op) + ": float '" + arg + "' " + shape_str(m.shape()) + " is " +
-                       dtype_name(m.dtype()) + " but the inputs are " + dtype_name(dtype));
+      throw_error<DTypeError>(op, "float argument '", arg, "' ", m.shape(), " is ", dtype_name(m.dtype()),
+                              " but the inputs are ", dtype_name(dtype));
   };
   AttentionMasks out;
   out.is_causal = is_causal;
@@ -468,10 +466,10 @@ AttentionMasks attention_masks(const char* op, const Tensor& attn_mask, const Te
   if (key_padding_mask.defined()) {
     const Tensor& m = key_padding_mask;
     check_dtype("key_padding_mask", m, "true = padding");
-    if (unbatched ? m.shape() != Shape{S} : m.shape() != Shape{B, S})
-      throw ShapeError(std::string(op) + ": argument 'key_padding_mask' " + shape_str(m.shape()) + " must be " +
-                       (unbatched ? "(S) = " + shape_str({S}) + " for unbatched input"
-                                  : "(B, S) = " + shape_str({B, S})));
+    if (unbatched && m.shape() != Shape{S})
+      throw_error<ShapeError>(op, "argument 'key_padding_mask' ", m.shape(), " must be (S) = ", Shape{S},
+                              " for unbatched input");
+    if (!unbatched) check_shape(op, "key_padding_mask", m, {B, S}, "(B, S)");
     if (m.dtype() == DType::Bool) {
       out.key_padding_mask = reshape(m, {B, S});
     } else {
@@ -487,7 +485,7 @@ AttentionResult attention_reference(const Tensor& q, const Tensor& k, const Tens
                                     const std::function<Tensor(const Tensor&)>& transform_weights) {
   const char* op = "attention";
   const Dims d = check_qkv(op, q, k, v, num_heads);
-  const AttentionMasks masks = check_masks(op, masks_in, d, q.dtype());
+  const AttentionMasks masks = check_masks(op, masks_in, d, q.dtype(), "q");
   Tensor p = composite_probs(q, k, masks, d, resolve_scale(op, scale, d));
   if (transform_weights) p = transform_weights(p);
   return {merge_heads(matmul(p, split_heads(v, d.H))), p};
@@ -497,7 +495,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, std::size_t 
                  const AttentionMasks& masks_in, double scale) {
   const char* op = "attention";
   const Dims d = check_qkv(op, q, k, v, num_heads);
-  const AttentionMasks masks = check_masks(op, masks_in, d, q.dtype());
+  const AttentionMasks masks = check_masks(op, masks_in, d, q.dtype(), "q");
   scale = resolve_scale(op, scale, d);
   if (mask_needs_grad(masks)) return attention_reference(q, k, v, num_heads, masks, scale).out;
   return fused_attention(op, {q, k, v}, d, masks, scale);
@@ -512,7 +510,7 @@ Tensor attention_packed(const Tensor& qkv, std::size_t num_heads, const Attentio
   const std::size_t E = qkv.shape()[2] / 3;
   Dims d;
   d.B = qkv.shape()[0], d.T = d.S = qkv.shape()[1], d.H = num_heads, d.D = d.Dv = E / num_heads;
-  const AttentionMasks masks = check_masks(op, masks_in, d, qkv.dtype());
+  const AttentionMasks masks = check_masks(op, masks_in, d, qkv.dtype(), "qkv");
   scale = resolve_scale(op, scale, d);
   if (mask_needs_grad(masks))
     return attention_reference(narrow(qkv, 2, 0, E), narrow(qkv, 2, E, E), narrow(qkv, 2, 2 * E, E), num_heads,

@@ -11,6 +11,10 @@
 #include "xgrad/ops/shape.hpp"
 #include "xgrad/ops/unary.hpp"
 
+#include "xgrad/models/loss.hpp"
+#include "xgrad/models/optim.hpp"
+#include "xgrad/ops/attention.hpp"
+
 using namespace xgrad;
 
 namespace {
@@ -72,6 +76,32 @@ BOOST_AUTO_TEST_CASE(converted_ops_keep_their_messages) {
              "gelu_backward: argument 'x' (2) and 'g' (3) must have one shape");
   BOOST_TEST(message_of<ValueError>([] { layer_norm(zeros({2, 3}), Tensor(), Tensor(), -1.0); }) ==
              "layer_norm: eps must be > 0, got -1 (for 'x' (2, 3))");
+}
+
+// Attention and model checks: doubles through throw_error's 10 significant digits, shapes
+// through check_shape / check_same_shape.
+BOOST_AUTO_TEST_CASE(converted_attention_and_model_messages) {
+  const Tensor q = zeros({2, 3, 4}), k = zeros({2, 5, 4});
+  BOOST_TEST(message_of<ValueError>([&] {
+               attention(q, k, k, 2, {}, std::numeric_limits<double>::infinity());
+             }) == "attention: argument 'scale' must be finite, got inf");
+  AttentionMasks m;
+  m.key_padding_mask = zeros({2, 3}, DType::Bool);
+  BOOST_TEST(message_of<ShapeError>([&] { attention(q, k, k, 2, m); }) ==
+             "attention: argument 'key_padding_mask' (2, 3) must be (B, S) = (2, 5)");
+  m = AttentionMasks();
+  m.float_mask = zeros({3, 5}, DType::Float64);
+  BOOST_TEST(message_of<DTypeError>([&] { attention_packed(zeros({2, 5, 12}), 2, m); }) ==
+             "attention_packed: argument 'float_mask' (3, 5) is float64 but 'qkv' is float32");
+  BOOST_TEST(message_of<ShapeError>([] { mse_loss(zeros({2, 3}), zeros({3, 2})); }) ==
+             "mse_loss: argument 'a' (2, 3) and 'b' (3, 2) must have one shape");
+  BOOST_TEST(message_of<IndexError>([] { cross_entropy(zeros({2, 3}), index_tensor({0, 7}, {2})); }) ==
+             "cross_entropy: target 7 at flat position 1 of argument 'targets' (2) is out of range for 3 classes "
+             "of 'logits' (2, 3)");
+  BOOST_TEST(message_of<ValueError>([] { SGD({{"w", zeros({2})}}, -0.001234567891); }) ==
+             "SGD: lr must be finite and >= 0, got -0.001234567891");
+  BOOST_TEST(message_of<ValueError>([] { warmup_cosine_lr(0, 0.1, 20, 10); }) ==
+             "warmup_cosine_lr: need 0 <= warmup_steps <= total_steps, got warmup_steps 20 and total_steps 10");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
