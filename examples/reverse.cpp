@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(opt.out);
     const long total = opt.steps;
     TransformerEncoder model(cfg);
-    AdamW optimizer(model.named_parameters(), lr, 0.9, 0.98, 1e-9, 0.01);
+    AdamW optimizer(model.named_parameters(), AdamWOptions(lr).betas(0.9, 0.98).eps(1e-9).weight_decay(0.01));
     Rng heldout_rng(opt.seed + 1000003);
     const Batch heldout = make_batch(heldout_rng, heldout_size);
     auto loss_at = [&](long step) {

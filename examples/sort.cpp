@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(opt.out);
     cfg.vocab_size = std::size_t(task.digits), cfg.max_len = 2 * task.n, cfg.seed = opt.seed;
     TransformerDecoder model(cfg);
-    AdamW optimizer(model.named_parameters(), lr, 0.9, 0.98, 1e-9, 0.01);
+    AdamW optimizer(model.named_parameters(), AdamWOptions(lr).betas(0.9, 0.98).eps(1e-9).weight_decay(0.01));
     Rng heldout_rng(opt.seed + 1000003);
     const Tensor heldout = task.batch(heldout_rng, heldout_size).first;
     auto loss_at = [&](long step) {

@@ -218,13 +218,12 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
 
 // --- SGD ---------------------------------------------------------------------------------
 
-SGD::SGD(const NamedTensors& params, double lr_, double momentum_, double dampening_,
-         double weight_decay_, bool nesterov_)
-    : Optimizer(params, lr_),
-      momentum(momentum_),
-      dampening(dampening_),
-      weight_decay(weight_decay_),
-      nesterov(nesterov_) {
+SGD::SGD(const NamedTensors& params, const SGDOptions& o)
+    : Optimizer(params, o.lr()),
+      momentum(o.momentum()),
+      dampening(o.dampening()),
+      weight_decay(o.weight_decay()),
+      nesterov(o.nesterov()) {
   check_hyperparameters();
 }
 
@@ -277,24 +276,19 @@ void SGD::update(std::size_t i, const Tensor& p, const Tensor& g) {
 
 // --- Adam / AdamW ------------------------------------------------------------------------
 
-Adam::Adam(const NamedTensors& params, double lr_, double beta1_, double beta2_, double eps_,
-           double weight_decay_, bool decoupled)
-    : Optimizer(params, lr_),
-      beta1(beta1_),
-      beta2(beta2_),
-      eps(eps_),
-      weight_decay(weight_decay_),
+Adam::Adam(const NamedTensors& params, const AdamOptions& o, bool decoupled)
+    : Optimizer(params, o.lr()),
+      beta1(o.beta1()),
+      beta2(o.beta2()),
+      eps(o.eps()),
+      weight_decay(o.weight_decay()),
       decoupled_(decoupled) {}
 
-Adam::Adam(const NamedTensors& params, double lr_, double beta1_, double beta2_, double eps_,
-           double weight_decay_)
-    : Adam(params, lr_, beta1_, beta2_, eps_, weight_decay_, false) {
+Adam::Adam(const NamedTensors& params, const AdamOptions& o) : Adam(params, o, false) {
   check_hyperparameters();
 }
 
-AdamW::AdamW(const NamedTensors& params, double lr_, double beta1_, double beta2_, double eps_,
-             double weight_decay_)
-    : Adam(params, lr_, beta1_, beta2_, eps_, weight_decay_, true) {
+AdamW::AdamW(const NamedTensors& params, const AdamWOptions& o) : Adam(params, o, true) {
   check_hyperparameters();
 }
 

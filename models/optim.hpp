@@ -86,10 +86,29 @@ class Optimizer {
 //                   d = nesterov ? d + momentum * buf : buf
 //   p = p - lr * d
 // lr, momentum, dampening, weight_decay >= 0; nesterov needs momentum > 0 and dampening 0.
+// Hyper-parameters by name, as torch::optim::SGDOptions: SGDOptions(0.1).momentum(0.9).nesterov(true).
+// (No positional list of doubles: a keyword skipped in a port from Python cannot shift the rest.)
+class SGDOptions {
+ public:
+  explicit SGDOptions(double lr) : lr_(lr) {}
+  SGDOptions& momentum(double v) { momentum_ = v; return *this; }
+  SGDOptions& dampening(double v) { dampening_ = v; return *this; }
+  SGDOptions& weight_decay(double v) { weight_decay_ = v; return *this; }
+  SGDOptions& nesterov(bool v) { nesterov_ = v; return *this; }
+  double lr() const { return lr_; }
+  double momentum() const { return momentum_; }
+  double dampening() const { return dampening_; }
+  double weight_decay() const { return weight_decay_; }
+  bool nesterov() const { return nesterov_; }
+ private:
+  double lr_, momentum_ = 0, dampening_ = 0, weight_decay_ = 0;
+  bool nesterov_ = false;
+};
+
 class SGD : public Optimizer {
  public:
-  SGD(const NamedTensors& params, double lr, double momentum = 0, double dampening = 0,
-      double weight_decay = 0, bool nesterov = false);
+  SGD(const NamedTensors& params, const SGDOptions& options);
+  SGD(const NamedTensors& params, double lr) : SGD(params, SGDOptions(lr)) {}
   const char* name() const override { return "SGD"; }
   double momentum, dampening, weight_decay;
   bool nesterov;
@@ -106,16 +125,42 @@ class SGD : public Optimizer {
 //   m = beta1 * m + (1 - beta1) * g;   v = beta2 * v + (1 - beta2) * g^2
 //   p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 // lr, eps, weight_decay >= 0; betas in [0, 1).
+// Hyper-parameters by name, as torch::optim::AdamOptions / AdamWOptions:
+//   AdamW(params, AdamWOptions(3e-4).betas(0.9, 0.95).weight_decay(0.1))
+// Defaults are PyTorch's; AdamWOptions differs only in weight_decay = 1e-2.
+class AdamOptions {
+ public:
+  explicit AdamOptions(double lr = 1e-3) : lr_(lr) {}
+  AdamOptions& betas(double beta1, double beta2) { beta1_ = beta1; beta2_ = beta2; return *this; }
+  AdamOptions& eps(double v) { eps_ = v; return *this; }
+  AdamOptions& weight_decay(double v) { weight_decay_ = v; return *this; }
+  double lr() const { return lr_; }
+  double beta1() const { return beta1_; }
+  double beta2() const { return beta2_; }
+  double eps() const { return eps_; }
+  double weight_decay() const { return weight_decay_; }
+ protected:
+  double lr_, beta1_ = 0.9, beta2_ = 0.999, eps_ = 1e-8, weight_decay_ = 0;
+};
+class AdamWOptions : public AdamOptions {
+ public:
+  explicit AdamWOptions(double lr = 1e-3) : AdamOptions(lr) { weight_decay_ = 1e-2; }
+  using AdamOptions::eps;  // the getters; the setters below return AdamWOptions&
+  using AdamOptions::weight_decay;
+  AdamWOptions& betas(double beta1, double beta2) { AdamOptions::betas(beta1, beta2); return *this; }
+  AdamWOptions& eps(double v) { AdamOptions::eps(v); return *this; }
+  AdamWOptions& weight_decay(double v) { AdamOptions::weight_decay(v); return *this; }
+};
+
 class Adam : public Optimizer {
  public:
-  Adam(const NamedTensors& params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
-       double eps = 1e-8, double weight_decay = 0);
+  explicit Adam(const NamedTensors& params, const AdamOptions& options = AdamOptions());
+  Adam(const NamedTensors& params, double lr) : Adam(params, AdamOptions(lr)) {}
   const char* name() const override { return "Adam"; }
   double beta1, beta2, eps, weight_decay;
 
  protected:
-  Adam(const NamedTensors& params, double lr, double beta1, double beta2, double eps,
-       double weight_decay, bool decoupled);
+  Adam(const NamedTensors& params, const AdamOptions& options, bool decoupled);
   std::vector<std::string> buffer_names() const override;
   bool tracks_param_step() const override { return true; }
   void check_hyperparameters() const override;
@@ -129,8 +174,8 @@ class Adam : public Optimizer {
 // update without the L2 term.
 class AdamW : public Adam {
  public:
-  AdamW(const NamedTensors& params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
-        double eps = 1e-8, double weight_decay = 1e-2);
+  explicit AdamW(const NamedTensors& params, const AdamWOptions& options = AdamWOptions());
+  AdamW(const NamedTensors& params, double lr) : AdamW(params, AdamWOptions(lr)) {}
   const char* name() const override { return "AdamW"; }
 };
 

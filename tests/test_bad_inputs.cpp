@@ -330,7 +330,7 @@ BOOST_AUTO_TEST_CASE(table) {
   // ===== optimizers ===================================================================================
   // Each optimizer has already taken a step, so that its state is not trivially empty.
   auto sgd_model = std::make_shared<Small>();
-  auto sgd = std::make_shared<SGD>(sgd_model->named_parameters(), 0.1, 0.9);
+  auto sgd = std::make_shared<SGD>(sgd_model->named_parameters(), SGDOptions(0.1).momentum(0.9));
   sgd_model->w.set_grad(full({2, 3}, 0.5));
   sgd_model->b.set_grad(full({3}, -0.5));
   sgd->step();
@@ -403,15 +403,15 @@ BOOST_AUTO_TEST_CASE(table) {
       "ValueError", {"SGD", "lr", "nan"}, sgd_state);
   push("SGD: negative lr", [small] { SGD o(small->named_parameters(), -0.1); }, "ValueError",
       {"SGD", "lr", "-0.1"});
-  push("Adam: beta1 = 1", [small] { Adam o(small->named_parameters(), 1e-3, 1.0, 0.999); }, "ValueError",
+  push("Adam: beta1 = 1", [small] { Adam o(small->named_parameters(), AdamOptions(1e-3).betas(1.0, 0.999)); }, "ValueError",
       {"Adam", "beta1", "[0, 1)", "1"});
-  push("AdamW: negative beta2", [small] { AdamW o(small->named_parameters(), 1e-3, 0.9, -0.5); }, "ValueError",
+  push("AdamW: negative beta2", [small] { AdamW o(small->named_parameters(), AdamWOptions(1e-3).betas(0.9, -0.5)); }, "ValueError",
       {"AdamW", "beta2", "-0.5"});
-  push("Adam: negative eps", [small] { Adam o(small->named_parameters(), 1e-3, 0.9, 0.999, -1e-8); }, "ValueError",
+  push("Adam: negative eps", [small] { Adam o(small->named_parameters(), AdamOptions(1e-3).betas(0.9, 0.999).eps(-1e-8)); }, "ValueError",
       {"Adam", "eps", "-1e-08"});
-  push("SGD: nesterov without momentum", [small] { SGD o(small->named_parameters(), 0.1, 0.0, 0.0, 0.0, true); },
+  push("SGD: nesterov without momentum", [small] { SGD o(small->named_parameters(), SGDOptions(0.1).momentum(0.0).dampening(0.0).weight_decay(0.0).nesterov(true)); },
       "ValueError", {"SGD", "nesterov", "momentum", "0"});
-  push("SGD: negative momentum", [small] { SGD o(small->named_parameters(), 0.1, -0.5); }, "ValueError",
+  push("SGD: negative momentum", [small] { SGD o(small->named_parameters(), SGDOptions(0.1).momentum(-0.5)); }, "ValueError",
       {"SGD", "momentum", "-0.5"});
   push("Optimizer: duplicate parameter names",
       [small] { SGD o({{"w", small->w}, {"w", small->b}}, 0.1); }, "ValueError", {"Optimizer", "'w'", "more than once"});

@@ -238,15 +238,15 @@ BOOST_AUTO_TEST_CASE(checkpoint_round_trip_and_resumed_training_is_bit_exact) {
       const std::string path = dir / "ckpt.safetensors";
       // Uninterrupted: 8 steps.
       Tiny ref(dt);
-      AdamW ref_opt(ref.named_parameters(), 0.05, 0.9, 0.99, 1e-8, 0.01);
+      AdamW ref_opt(ref.named_parameters(), AdamWOptions(0.05).betas(0.9, 0.99).eps(1e-8).weight_decay(0.01));
       train(ref, ref_opt, 8);
       // Interrupted: 5 steps, save, load into a different model + optimizer, 3 more steps.
       Tiny a(dt);
-      AdamW a_opt(a.named_parameters(), 0.05, 0.9, 0.99, 1e-8, 0.01);
+      AdamW a_opt(a.named_parameters(), AdamWOptions(0.05).betas(0.9, 0.99).eps(1e-8).weight_decay(0.01));
       train(a, a_opt, 5);
       save_checkpoint(path, a, &a_opt, {{"epoch", "5"}});
       Tiny b(dt, 3.0);
-      AdamW b_opt(b.named_parameters(), 0.05, 0.9, 0.99, 1e-8, 0.01);
+      AdamW b_opt(b.named_parameters(), AdamWOptions(0.05).betas(0.9, 0.99).eps(1e-8).weight_decay(0.01));
       train(b, b_opt, 1);  // some unrelated state to overwrite
       load_checkpoint(path, b, &b_opt);
       BOOST_TEST(same_named(b.named_parameters(), a.named_parameters()));
@@ -279,13 +279,13 @@ BOOST_AUTO_TEST_CASE(nested_mixed_dtype_model_round_trip) {
   TmpDir dir;
   const std::string path = dir / "n.safetensors";
   Nested a;
-  SGD opt(a.named_parameters(), 0.1, 0.9);
+  SGD opt(a.named_parameters(), SGDOptions(0.1).momentum(0.9));
   a.enc.w.set_grad(ones({3, 2}, DType::Float64));
   a.head.set_grad(ones({2}, DType::Float32));
   opt.step();
   save_checkpoint(path, a, &opt);
   Nested b;
-  SGD opt_b(b.named_parameters(), 0.1, 0.9);
+  SGD opt_b(b.named_parameters(), SGDOptions(0.1).momentum(0.9));
   load_checkpoint(path, b, &opt_b);
   BOOST_TEST(same_named(b.named_parameters(), a.named_parameters()));
   BOOST_TEST(same_named(opt_b.state_dict(), opt.state_dict()));

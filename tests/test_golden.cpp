@@ -117,8 +117,7 @@ BOOST_AUTO_TEST_CASE(adamw) {
     p.set_requires_grad(true);
     params.emplace_back(name, p);
   }
-  AdamW opt(params, g.num("lr"), g.num("beta1"), g.num("beta2"), g.num("eps"),
-            g.num("weight_decay"));
+  AdamW opt(params, AdamWOptions(g.num("lr")).betas(g.num("beta1"), g.num("beta2")).eps(g.num("eps")).weight_decay(g.num("weight_decay")));
   Deviation dev;
   const long steps = g.integer("steps");
   for (long s = 1; s <= steps; ++s) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "helpers.hpp"
 #include "xgrad/framework/array.hpp"
@@ -144,7 +145,35 @@ const DType kDTypes[] = {DType::Float32, DType::Float64};
 
 }  // namespace
 
+// Hyper-parameters go by name (SGDOptions / AdamOptions / AdamWOptions, as libtorch): a list
+// of positional doubles, where a keyword skipped in a port from Python (betas=..., then
+// weight_decay=0.1 written as the next number) silently lands in eps, does not compile.
+static_assert(!std::is_constructible_v<AdamW, const NamedTensors&, double, double, double, double>);
+static_assert(!std::is_constructible_v<AdamW, const NamedTensors&, double, double, double, double, double>);
+static_assert(!std::is_constructible_v<Adam, const NamedTensors&, double, double>);
+static_assert(!std::is_constructible_v<SGD, const NamedTensors&, double, double>);
+static_assert(!std::is_constructible_v<AdamW, const NamedTensors&, const AdamOptions&>);  // Adam's defaults
+static_assert(std::is_constructible_v<AdamW, const NamedTensors&, double>);              // lr alone is unambiguous
+
 BOOST_AUTO_TEST_SUITE(optim)
+
+BOOST_AUTO_TEST_CASE(options_objects_have_pytorchs_defaults) {
+  const AdamOptions a;
+  BOOST_TEST(a.lr() == 1e-3);
+  BOOST_TEST(a.beta1() == 0.9);
+  BOOST_TEST(a.beta2() == 0.999);
+  BOOST_TEST(a.eps() == 1e-8);
+  BOOST_TEST(a.weight_decay() == 0.0);
+  const AdamWOptions w = AdamWOptions(3e-4).betas(0.9, 0.95);
+  BOOST_TEST(w.weight_decay() == 1e-2);  // torch.optim.AdamW's default
+  BOOST_TEST(w.beta2() == 0.95);
+  const SGDOptions s = SGDOptions(0.1).momentum(0.9).nesterov(true);
+  BOOST_TEST((s.lr() == 0.1 && s.momentum() == 0.9 && s.dampening() == 0.0 && s.weight_decay() == 0.0 && s.nesterov()));
+  Tensor p = zeros({2});
+  p.set_requires_grad(true);
+  AdamW opt({{"p", p}}, AdamWOptions(3e-4).betas(0.8, 0.95).eps(1e-6).weight_decay(0.1));
+  BOOST_TEST((opt.lr == 3e-4 && opt.beta1 == 0.8 && opt.beta2 == 0.95 && opt.eps == 1e-6 && opt.weight_decay == 0.1));
+}
 
 BOOST_AUTO_TEST_CASE(sgd_plain_by_hand) {
   // p = p - lr * g:  0.5 - 0.1 * 0.3 = 0.47, -1 + 0.07 = -0.93, 2 - 0.15 = 1.85, 0.25
@@ -172,7 +201,7 @@ BOOST_AUTO_TEST_CASE(sgd_variants_match_reference) {
     for (const Case& c : cases)
       BOOST_TEST_CONTEXT(c.name << ", " << dtype_name(dt)) {
         Tiny m(dt);
-        SGD opt(m.named_parameters(), c.lr, c.momentum, c.dampening, c.wd, c.nesterov);
+        SGD opt(m.named_parameters(), SGDOptions(c.lr).momentum(c.momentum).dampening(c.dampening).weight_decay(c.wd).nesterov(c.nesterov));
         SgdRef ref{c.lr, c.momentum, c.dampening, c.wd, c.nesterov, {}};
         check_three_steps(m, opt, ref, ref);
       }
@@ -181,7 +210,7 @@ BOOST_AUTO_TEST_CASE(sgd_variants_match_reference) {
 BOOST_AUTO_TEST_CASE(sgd_first_momentum_step_ignores_dampening) {
   // PyTorch initialises the buffer with the gradient itself (no (1 - dampening) factor).
   Tiny m(DType::Float64);
-  SGD opt(m.named_parameters(), 1.0, 0.9, 0.5);
+  SGD opt(m.named_parameters(), SGDOptions(1.0).momentum(0.9).dampening(0.5));
   set_grads(m, 0);
   opt.step();
   BOOST_TEST(allclose(m.w, {0.5 - 0.3, -1.0 + 0.7, 2.0 - 1.5, 0.25}, 1e-15));
@@ -210,7 +239,7 @@ BOOST_AUTO_TEST_CASE(adam_and_adamw_match_reference) {
     }
     BOOST_TEST_CONTEXT("Adam, L2 weight decay, custom betas, " << dtype_name(dt)) {
       Tiny m(dt);
-      Adam opt(m.named_parameters(), 0.05, 0.8, 0.99, 1e-6, 0.1);
+      Adam opt(m.named_parameters(), AdamOptions(0.05).betas(0.8, 0.99).eps(1e-6).weight_decay(0.1));
       AdamRef ref{0.05, 0.8, 0.99, 1e-6, 0.1, false};
       check_three_steps(m, opt, ref, ref);
     }
@@ -222,7 +251,7 @@ BOOST_AUTO_TEST_CASE(adam_and_adamw_match_reference) {
     }
     BOOST_TEST_CONTEXT("AdamW, weight decay 0.5, " << dtype_name(dt)) {
       Tiny m(dt);
-      AdamW opt(m.named_parameters(), 0.1, 0.9, 0.95, 1e-8, 0.5);
+      AdamW opt(m.named_parameters(), AdamWOptions(0.1).betas(0.9, 0.95).eps(1e-8).weight_decay(0.5));
       AdamRef ref{0.1, 0.9, 0.95, 1e-8, 0.5, true};
       check_three_steps(m, opt, ref, ref);
     }
@@ -232,8 +261,8 @@ BOOST_AUTO_TEST_CASE(adam_and_adamw_match_reference) {
 BOOST_AUTO_TEST_CASE(adamw_decay_is_decoupled_from_adam_l2) {
   // With a zero gradient, Adam's L2 term still moves p (by ~lr), AdamW only shrinks it.
   Tiny a(DType::Float64), b(DType::Float64);
-  Adam adam(a.named_parameters(), 0.1, 0.9, 0.999, 1e-8, 0.5);
-  AdamW adamw(b.named_parameters(), 0.1, 0.9, 0.999, 1e-8, 0.5);
+  Adam adam(a.named_parameters(), AdamOptions(0.1).betas(0.9, 0.999).eps(1e-8).weight_decay(0.5));
+  AdamW adamw(b.named_parameters(), AdamWOptions(0.1).betas(0.9, 0.999).eps(1e-8).weight_decay(0.5));
   a.w.set_grad(zeros({2, 2}, DType::Float64));
   b.w.set_grad(zeros({2, 2}, DType::Float64));
   adam.step();
@@ -340,8 +369,8 @@ BOOST_AUTO_TEST_CASE(state_dict_round_trip_continues_identically) {
       };
       run([](Tiny& m) { return std::make_unique<Adam>(m.named_parameters(), 0.01); });
       run([](Tiny& m) { return std::make_unique<AdamW>(m.named_parameters(), 0.01); });
-      run([](Tiny& m) { return std::make_unique<SGD>(m.named_parameters(), 0.1, 0.9, 0.1); });
-      run([](Tiny& m) { return std::make_unique<SGD>(m.named_parameters(), 0.1, 0.9, 0, 0, true); });
+      run([](Tiny& m) { return std::make_unique<SGD>(m.named_parameters(), SGDOptions(0.1).momentum(0.9).dampening(0.1)); });
+      run([](Tiny& m) { return std::make_unique<SGD>(m.named_parameters(), SGDOptions(0.1).momentum(0.9).dampening(0).weight_decay(0).nesterov(true)); });
     }
 }
 
@@ -495,20 +524,20 @@ BOOST_AUTO_TEST_CASE(bad_hyperparameters_throw_value_error) {
   auto p = m.named_parameters();
   BOOST_CHECK_THROW(SGD(p, -0.1), ValueError);
   BOOST_CHECK_THROW(SGD(p, std::nan("")), ValueError);
-  BOOST_CHECK_THROW(SGD(p, 0.1, -0.5), ValueError);
-  BOOST_CHECK_THROW(SGD(p, 0.1, 0.9, 0, -1e-4), ValueError);
-  BOOST_CHECK_THROW(SGD(p, 0.1, 0, 0, 0, true), ValueError);     // nesterov without momentum
-  BOOST_CHECK_THROW(SGD(p, 0.1, 0.9, 0.1, 0, true), ValueError); // nesterov with dampening
+  BOOST_CHECK_THROW(SGD(p, SGDOptions(0.1).momentum(-0.5)), ValueError);
+  BOOST_CHECK_THROW(SGD(p, SGDOptions(0.1).momentum(0.9).dampening(0).weight_decay(-1e-4)), ValueError);
+  BOOST_CHECK_THROW(SGD(p, SGDOptions(0.1).momentum(0).dampening(0).weight_decay(0).nesterov(true)), ValueError);     // nesterov without momentum
+  BOOST_CHECK_THROW(SGD(p, SGDOptions(0.1).momentum(0.9).dampening(0.1).weight_decay(0).nesterov(true)), ValueError); // nesterov with dampening
   BOOST_CHECK_THROW(Adam(p, -1e-3), ValueError);
-  BOOST_CHECK_THROW(Adam(p, 1e-3, 1.0), ValueError);
-  BOOST_CHECK_THROW(Adam(p, 1e-3, -0.1), ValueError);
-  BOOST_CHECK_THROW(Adam(p, 1e-3, 0.9, 1.0), ValueError);
-  BOOST_CHECK_THROW(Adam(p, 1e-3, 0.9, 0.999, -1e-8), ValueError);
-  BOOST_CHECK_THROW(Adam(p, 1e-3, 0.9, 0.999, 1e-8, -0.1), ValueError);
-  BOOST_CHECK_EXCEPTION(AdamW(p, 1e-3, 0.9, 1.5), ValueError, [](const ValueError& e) {
+  BOOST_CHECK_THROW(Adam(p, AdamOptions(1e-3).betas(1.0, 0.999)), ValueError);
+  BOOST_CHECK_THROW(Adam(p, AdamOptions(1e-3).betas(-0.1, 0.999)), ValueError);
+  BOOST_CHECK_THROW(Adam(p, AdamOptions(1e-3).betas(0.9, 1.0)), ValueError);
+  BOOST_CHECK_THROW(Adam(p, AdamOptions(1e-3).betas(0.9, 0.999).eps(-1e-8)), ValueError);
+  BOOST_CHECK_THROW(Adam(p, AdamOptions(1e-3).betas(0.9, 0.999).eps(1e-8).weight_decay(-0.1)), ValueError);
+  BOOST_CHECK_EXCEPTION(AdamW(p, AdamWOptions(1e-3).betas(0.9, 1.5)), ValueError, [](const ValueError& e) {
     return std::string(e.what()).find("AdamW: beta2") != std::string::npos;
   });
-  BOOST_CHECK_NO_THROW(Adam(p, 0.0, 0.0, 0.0, 0.0));
+  BOOST_CHECK_NO_THROW(Adam(p, AdamOptions(0.0).betas(0.0, 0.0).eps(0.0)));
   // Parameter lists: duplicates and non-float tensors.
   NamedTensors dup = {{"a", m.w}, {"a", m.b}};
   BOOST_CHECK_THROW(SGD(dup, 0.1), ValueError);
