@@ -73,15 +73,22 @@ void Module::zero_grad() {
 void Module::to(DType dtype) {
   if (!is_float(dtype))
     throw_error<DTypeError>("Module::to", "argument 'dtype' must be float32 or float64, got ", dtype_name(dtype));
+  // In place, as torch's Module.to: every handle to a parameter (an optimizer's, a user's)
+  // sees the converted value, so an optimizer built before keeps training the model. The old
+  // storage stays with whatever saved it (a recorded graph); .grad is dropped (wrong dtype).
+  std::vector<Tensor> converted;
+  {
+    NoGradGuard no_grad;
+    for (auto& [name, slot] : parameter_slots())
+      converted.push_back(slot->dtype() == dtype ? Tensor() : slot->detach().to(dtype).clone());
+  }
+  std::size_t i = 0;
   for (auto& [name, slot] : parameter_slots()) {
-    if (slot->dtype() == dtype) continue;
-    Tensor converted;
-    {
-      NoGradGuard no_grad;
-      converted = slot->detach().to(dtype).clone();
-    }
-    converted.set_requires_grad(true);
-    *slot = converted;
+    const Tensor& c = converted[i++];
+    if (!c.defined()) continue;
+    slot->zero_grad();
+    slot->impl()->value = c.impl()->value;
+    slot->impl()->dtype = dtype;
   }
 }
 

@@ -32,8 +32,10 @@ class Module {
   bool training() const { return training_; }
   void zero_grad();                     // drops every parameter's .grad
 
-  // Converts every parameter to dtype (float32 / float64), keeping values; each becomes a
-  // new leaf that requires grad. Optimizers built before must be rebuilt.
+  // Converts every parameter to dtype (float32 / float64) in place, keeping values, as
+  // torch's Module.to: every handle to a parameter (an optimizer built before, a user's copy)
+  // sees the converted tensor, so optimizers keep working (their state is converted at
+  // their next step); .grad is dropped. A graph recorded before keeps the old values.
   void to(DType dtype);
   DType dtype() const;                  // of the first parameter (Float32 when none)
 

@@ -79,20 +79,31 @@ void Optimizer::step() {
                               g.to_vector()[bad], " at flat index ", bad, "; nothing was updated");
     grads[i] = g;
   }
-  // Allocate missing state first, so that the update loop below cannot fail half-way.
+  // Allocate missing state first, and convert state whose parameter changed dtype since
+  // (Module::to converts parameters in place), so the update loop below cannot fail half-way.
   const std::size_t nbuf = buffer_names().size();
-  std::vector<std::vector<Tensor>> fresh(params_.size());
-  for (std::size_t i = 0; i < params_.size(); ++i)
-    if (grads[i].defined() && !state_[i].initialized && needs_state())
-      for (std::size_t k = 0; k < nbuf; ++k)
-        fresh[i].push_back(zeros(params_[i].second.shape(), params_[i].second.dtype()));
+  std::vector<std::vector<Tensor>> fresh(params_.size()), converted(params_.size());
   NoGradGuard no_grad;
-  for (std::size_t i = 0; i < params_.size(); ++i)
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    const Tensor& p = params_[i].second;
+    if (!state_[i].initialized && needs_state())
+      for (std::size_t k = 0; k < nbuf; ++k) fresh[i].push_back(zeros(p.shape(), p.dtype()));
+    for (const Tensor& b : state_[i].buffers)
+      if (b.dtype() != p.dtype()) {
+        converted[i].clear();
+        for (const Tensor& c : state_[i].buffers) converted[i].push_back(c.to(p.dtype()).clone());
+        break;
+      }
+  }
+  for (std::size_t i = 0; i < params_.size(); ++i) {
     if (!fresh[i].empty()) {
       state_[i].buffers = std::move(fresh[i]);
       state_[i].step = 0;
       state_[i].initialized = true;
     }
+    if (!converted[i].empty()) state_[i].buffers = std::move(converted[i]);
+  }
   for (std::size_t i = 0; i < params_.size(); ++i)
     if (grads[i].defined()) update(i, params_[i].second, grads[i]);
   ++steps_;

@@ -175,6 +175,35 @@ BOOST_AUTO_TEST_CASE(options_objects_have_pytorchs_defaults) {
   BOOST_TEST((opt.lr == 3e-4 && opt.beta1 == 0.8 && opt.beta2 == 0.95 && opt.eps == 1e-6 && opt.weight_decay == 0.1));
 }
 
+// Module::to converts in place (torch's Module.to): an optimizer built before keeps training
+// the model, its state follows the parameters' dtype, and the result equals a run whose
+// conversion happened before the optimizer was built.
+BOOST_AUTO_TEST_CASE(optimizer_built_before_module_to_keeps_training) {
+  Tiny late(DType::Float32), early(DType::Float32);
+  AdamW opt_late(late.named_parameters(), 0.1);
+  set_grads(late, 0);
+  opt_late.step();  // state (exp_avg, exp_avg_sq) created in float32
+  late.to(DType::Float64);
+  BOOST_TEST((late.w.dtype() == DType::Float64 && opt_late.params()[0].second.dtype() == DType::Float64));
+  BOOST_TEST(!late.w.grad().defined());
+  set_grads(late, 1);
+  opt_late.step();  // updates the float64 parameters; the float32 state is converted first
+  for (const auto& [name, t] : opt_late.state_dict())
+    if (t.dtype() != DType::Int64) BOOST_TEST(t.dtype() == DType::Float64, name);
+
+  AdamW opt_early(early.named_parameters(), 0.1);
+  set_grads(early, 0);
+  opt_early.step();
+  early.to(DType::Float64);
+  AdamW rebuilt(early.named_parameters(), 0.1);
+  rebuilt.load_state_dict(opt_early.state_dict());  // float32 state converted on load
+  set_grads(early, 1);
+  rebuilt.step();
+  BOOST_TEST(same_bits(late.w, early.w));
+  BOOST_TEST(same_bits(late.b, early.b));
+  BOOST_TEST(late.w.to_vector() != kW0);
+}
+
 BOOST_AUTO_TEST_CASE(sgd_plain_by_hand) {
   // p = p - lr * g:  0.5 - 0.1 * 0.3 = 0.47, -1 + 0.07 = -0.93, 2 - 0.15 = 1.85, 0.25
   Tiny m(DType::Float64);
