@@ -25,7 +25,18 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-constexpr std::uint64_t kMaxHeader = 100ull << 20;  // 100 MiB
+// Structure of a safetensors header: {name: {dtype, shape: [..], data_offsets: [a, b]}, ...,
+// "__metadata__": {key: string}}. Nothing legitimate nests deeper than the shape array's
+// elements (depth 3) or has an array longer than a shape (rank <= kMaxArray). Both are
+// checked while parsing, before the parser allocates anything proportional to the nesting.
+constexpr int kMaxDepth = 3;
+constexpr std::size_t kMaxArray = 64;
+
+// A JSON value for a message: its text, cut to 60 characters.
+std::string brief(const json& v) {
+  std::string s = v.dump();
+  return s.size() <= 60 ? s : s.substr(0, 57) + "...";
+}
 
 const char* st_dtype(DType d) {
   switch (d) {
@@ -119,13 +130,32 @@ class TempFile {
 
 class Reader {
  public:
-  Reader(const std::string& path, const std::string& op) : path_(path), op_(op) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  Reader(const std::string& path, const std::string& op) : path_(printable(path)), op_(op) {
+    if (path.find('\0') != std::string::npos)
+      fail("the path contains a NUL byte (it would name another file)");
+    // O_NONBLOCK: opening a FIFO with no writer returns at once instead of blocking; anything
+    // that is not a regular file (FIFO, device, directory, socket) is refused before a read.
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd_ < 0) fail(std::string("cannot open: ") + std::strerror(errno));
     struct stat st;
     if (::fstat(fd_, &st) != 0) fail(std::string("cannot stat: ") + std::strerror(errno));
-    if (!S_ISREG(st.st_mode)) fail("not a regular file");
+    if (!S_ISREG(st.st_mode)) fail("not a regular file (" + file_kind(st.st_mode) + ")");
+    const int flags = ::fcntl(fd_, F_GETFL);
+    if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK) != 0)
+      fail(std::string("fcntl failed: ") + std::strerror(errno));
     size_ = std::uint64_t(st.st_size);
+  }
+  static std::string printable(std::string p) {  // a NUL would cut the message short
+    for (auto at = p.find('\0'); at != std::string::npos; at = p.find('\0', at + 2)) p.replace(at, 1, "\\0");
+    return p;
+  }
+  static std::string file_kind(mode_t m) {
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
   }
   ~Reader() {
     if (fd_ >= 0) ::close(fd_);
@@ -170,8 +200,8 @@ struct Entry {
 
 std::uint64_t get_unsigned(const Reader& r, const json& v, const std::string& where) {
   if (!v.is_number_unsigned()) {
-    if (v.is_number_integer()) r.fail(where + " must be non-negative, got " + v.dump());
-    r.fail(where + " must be a non-negative integer, got " + v.dump());
+    if (v.is_number_integer()) r.fail(where + " must be non-negative, got " + brief(v));
+    r.fail(where + " must be a non-negative integer, got " + brief(v));
   }
   return v.get<std::uint64_t>();
 }
@@ -184,13 +214,13 @@ Entry parse_entry(const Reader& r, const std::string& name, const json& v, std::
 
   auto dt = v.find("dtype");
   if (dt == v.end()) r.fail(where + ": missing field 'dtype'");
-  if (!dt->is_string()) r.fail(where + ": field 'dtype' must be a string, got " + dt->dump());
+  if (!dt->is_string()) r.fail(where + ": field 'dtype' must be a string, got " + brief(*dt));
   if (!parse_st_dtype(dt->get<std::string>(), e.dtype))
     r.fail(where + ": unsupported dtype " + dt->dump() + " (supported: F32, F64, BOOL, I64)");
 
   auto sh = v.find("shape");
   if (sh == v.end()) r.fail(where + ": missing field 'shape'");
-  if (!sh->is_array()) r.fail(where + ": field 'shape' must be an array, got " + sh->dump());
+  if (!sh->is_array()) r.fail(where + ": field 'shape' must be an array, got " + brief(*sh));
   std::uint64_t n = 1;
   bool overflow = false;
   for (std::size_t i = 0; i < sh->size(); ++i) {
@@ -208,7 +238,7 @@ Entry parse_entry(const Reader& r, const std::string& name, const json& v, std::
   auto off = v.find("data_offsets");
   if (off == v.end()) r.fail(where + ": missing field 'data_offsets'");
   if (!off->is_array() || off->size() != 2)
-    r.fail(where + ": field 'data_offsets' must be an array of two integers, got " + off->dump());
+    r.fail(where + ": field 'data_offsets' must be an array of two integers, got " + brief(*off));
   e.begin = get_unsigned(r, (*off)[0], where + ": data_offsets[0]");
   e.end = get_unsigned(r, (*off)[1], where + ": data_offsets[1]");
   const std::string range =
@@ -248,6 +278,8 @@ Tensor read_bool_tensor(const Reader& r, const Entry& e, std::uint64_t base) {
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
   const std::string op = "save_safetensors";
+  if (path.find('\0') != std::string::npos)
+    throw_error<ValueError>(op, "argument 'path' contains a NUL byte (it would name another file)");
   std::set<std::string> names;
   json header = json::object();
   std::uint64_t offset = 0;
@@ -296,7 +328,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   out.commit();
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
+SafetensorsFile load_safetensors(const std::string& path, const SafetensorsLimits& limits) {
   Reader r(path, "load_safetensors");
   if (r.size() < 8)
     r.fail("file is " + std::to_string(r.size()) +
@@ -308,35 +340,75 @@ SafetensorsFile load_safetensors(const std::string& path) {
   if (n > r.size() - 8)
     r.fail("header length " + std::to_string(n) + " exceeds the " + std::to_string(r.size() - 8) +
            " bytes after the length field");
-  if (n > kMaxHeader)
-    r.fail("header length " + std::to_string(n) + " exceeds the 100 MiB limit");
+  if (n > limits.max_header_bytes)
+    r.fail("header length " + std::to_string(n) + " exceeds the limit of " +
+           std::to_string(limits.max_header_bytes) + " bytes (SafetensorsLimits::max_header_bytes)");
   std::string text(std::size_t(n), '\0');
   r.read(8, text.data(), n, "header");
 
-  // Duplicate top-level keys are an error (the JSON parser would keep only one).
-  std::set<std::string> keys;
-  std::string duplicate;
+  if (const auto nul = text.find('\0'); nul != std::string::npos)
+    r.fail("header has a NUL byte at offset " + std::to_string(nul) + " (JSON text cannot contain one)");
+
+  // Checked while parsing (nlohmann's parser is iterative; the callback sees every event):
+  // containers nest at most kMaxDepth deep, arrays hold at most kMaxArray values, and no
+  // object names a key twice (the parser would silently keep the last one).
+  struct Container {
+    bool array;
+    std::size_t values = 0;
+    std::set<std::string> keys;
+  };
+  struct Refused {
+    std::string why;
+  };
+  std::vector<Container> open;
+  std::string entry;  // the top-level key being parsed, for messages
   json::parser_callback_t cb = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth == 1 && event == json::parse_event_t::key && parsed.is_string() &&
-        !keys.insert(parsed.get<std::string>()).second && duplicate.empty())
-      duplicate = parsed.get<std::string>();
+    using E = json::parse_event_t;
+    switch (event) {
+      case E::object_start:
+      case E::array_start:
+        if (depth >= kMaxDepth)
+          throw Refused{"header nests deeper than " + std::to_string(kMaxDepth) + " levels" +
+                        (entry.empty() ? std::string() : " inside '" + entry + "'") +
+                        " (no safetensors field does)"};
+        if (!open.empty() && open.back().array) ++open.back().values;
+        open.push_back(Container{event == E::array_start, 0, {}});
+        break;
+      case E::object_end:
+      case E::array_end:
+        open.pop_back();
+        break;
+      case E::key:
+        if (depth == 1) entry = parsed.get<std::string>();
+        if (!open.back().keys.insert(parsed.get<std::string>()).second)
+          throw Refused{depth == 1 ? "header names '" + entry + "' more than once"
+                                   : "'" + entry + "' names the field '" + parsed.get<std::string>() +
+                                         "' more than once"};
+        break;
+      case E::value:
+        if (!open.empty() && open.back().array && ++open.back().values > kMaxArray)
+          throw Refused{"an array inside '" + entry + "' has more than " + std::to_string(kMaxArray) +
+                        " elements (a shape has at most " + std::to_string(kMaxArray) + ")"};
+        break;
+    }
     return true;
   };
   json header;
   try {
     header = json::parse(text, cb);
+  } catch (const Refused& e) {
+    r.fail(e.why);
   } catch (const json::exception& e) {
     r.fail(std::string("header is not valid JSON: ") + e.what());
   }
   if (!header.is_object()) r.fail("header is not a JSON object");
-  if (!duplicate.empty()) r.fail("header names '" + duplicate + "' more than once");
 
   const std::uint64_t base = 8 + n, data_size = r.size() - base;
   SafetensorsFile out;
   std::vector<Entry> entries;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
-      if (!it->is_object()) r.fail("field '__metadata__' must be an object, got " + it->dump());
+      if (!it->is_object()) r.fail("field '__metadata__' must be an object, got " + brief(*it));
       for (auto m = it->begin(); m != it->end(); ++m) {
         if (!m->is_string())
           r.fail("__metadata__ '" + m.key() + "' must be a string, got " + m->dump());

@@ -11,6 +11,7 @@
 // flushed and fsync'ed, then renamed over the target, so a failed save leaves the previous
 // file intact. Reads validate the whole file before returning anything.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -35,7 +36,17 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 // JSON, unknown dtype, bad shape, offsets out of range / not matching the shape /
 // overlapping / leaving holes, BOOL bytes other than 0 and 1, ...) throws IOError naming
 // the file and the tensor or field. Never reads out of bounds.
-SafetensorsFile load_safetensors(const std::string& path);
+//
+// Untrusted files are safe to load: the loader runs no code, reads only regular files (a
+// FIFO, device or directory is refused before any read, so nothing blocks), refuses a path
+// with a NUL byte, and bounds memory and time before allocating: the header is at most
+// limits.max_header_bytes (16 MiB by default: about 150,000 tensors' entries), JSON nests at
+// most 3 levels and arrays hold at most 64 values (what a safetensors header needs), no key
+// repeats, and every tensor's byte range is checked against the file before it is read.
+struct SafetensorsLimits {
+  std::uint64_t max_header_bytes = std::uint64_t(16) << 20;
+};
+SafetensorsFile load_safetensors(const std::string& path, const SafetensorsLimits& limits = {});
 
 // Saves model.named_parameters() under their own names and, when opt is given, its
 // state_dict() under "optimizer.<name>" (including "optimizer.step"), atomically.

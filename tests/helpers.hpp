@@ -1,9 +1,11 @@
 // Test helpers: allclose with the worst index, and tensors from literals.
 #pragma once
 #include <boost/test/unit_test.hpp>
+#include <stdlib.h>  // mkdtemp
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <fstream>
 #include <iterator>
@@ -201,5 +203,24 @@ inline boost::test_tools::predicate_result same_bits(const Tensor& a, const Tens
   }
   return r;
 }
+
+// A fresh directory under the system temp dir, removed at the end of the test.
+struct TmpDir {
+  std::filesystem::path path;
+  TmpDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "xgrad_test_XXXXXX").string();
+    char* p = ::mkdtemp(tmpl.data());
+    BOOST_REQUIRE(p != nullptr);
+    path = p;
+  }
+  ~TmpDir() {
+    std::error_code ec;
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all, std::filesystem::perm_options::add, ec);
+    std::filesystem::remove_all(path, ec);
+  }
+  TmpDir(const TmpDir&) = delete;
+  TmpDir& operator=(const TmpDir&) = delete;
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
 
 }  // namespace xgrad::test
