@@ -132,12 +132,19 @@ void Optimizer::validate_state_dict(const NamedTensors& state) const {
   std::map<std::string, std::size_t> index;
   for (std::size_t i = 0; i < params_.size(); ++i) index[params_[i].first] = i;
 
+  // Counters a real run can produce: 0 <= step <= kMaxSteps (2^53: the bias corrections
+  // compute beta^t in double; a crafted INT64_MAX would overflow on the next step).
   auto check_step_scalar = [&](const std::string& entry, const Tensor& t) {
     if (t.dtype() != DType::Int64 || t.dim() != 0)
       throw_error<DTypeError>(op, "entry '", entry, "' must be an int64 scalar, got ", describe(t));
-    if (t.data<std::int64_t>()[0] < 0)
-      throw_error<ValueError>(op, "entry '", entry, "' must be >= 0, got ", t.data<std::int64_t>()[0]);
+    const std::int64_t v = t.data<std::int64_t>()[0];
+    if (v < 0 || v > kMaxSteps)
+      throw_error<ValueError>(op, "entry '", entry, "' must be in [0, 2^53], got ", v);
   };
+  std::int64_t global_step = -1;
+  for (const auto& [entry, t] : state)
+    if (entry == "step" && t.defined() && t.dtype() == DType::Int64 && t.dim() == 0)
+      global_step = t.data<std::int64_t>()[0];
 
   bool have_step = false;
   std::set<std::string> seen;
@@ -165,6 +172,10 @@ void Optimizer::validate_state_dict(const NamedTensors& state) const {
       throw_error<ValueError>(op, "unexpected entry '", entry, "' (not a state of ", name(), ")");
     if (kind == nbuf) {
       check_step_scalar(entry, t);
+      const std::int64_t v = t.data<std::int64_t>()[0];
+      if (v < 1 || (global_step >= 0 && v > global_step))
+        throw_error<ValueError>(op, "entry '", entry, "' is ", v, " but a parameter with state has been updated at least once",
+                                " and at most 'step' = ", global_step, " times");
     } else {
       const Tensor& p = params_[param].second;
       if (!is_float(t.dtype()))
@@ -173,6 +184,12 @@ void Optimizer::validate_state_dict(const NamedTensors& state) const {
       if (t.shape() != p.shape())
         throw_error<ShapeError>(op, "entry '", entry, "' has shape ", t.shape(), " but parameter '",
                                 params_[param].first, "' has shape ", p.shape());
+      const std::size_t bad =
+          dispatch_float(op.c_str(), t.dtype(), [&](auto zero) { return first_non_finite<decltype(zero)>(t); });
+      if (bad < t.numel())
+        throw_error<ValueError>(op, "entry '", entry, "' ", t.shape(), " has the non-finite value ", t.to_vector()[bad],
+                                " at flat index ", bad);
+      check_buffer_values(op, kinds[kind], entry, t);
     }
     found[param][kind] = true;
   }
@@ -304,6 +321,18 @@ AdamW::AdamW(const NamedTensors& params, const AdamWOptions& o) : Adam(params, o
 }
 
 std::vector<std::string> Adam::buffer_names() const { return {"exp_avg", "exp_avg_sq"}; }
+
+// exp_avg_sq is a running mean of squares: a negative entry (only a crafted file has one)
+// would make sqrt(v) NaN in every later update.
+void Adam::check_buffer_values(const std::string& op, const std::string& kind, const std::string& entry,
+                               const Tensor& t) const {
+  if (kind != "exp_avg_sq") return;
+  const auto v = t.to_vector();
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (v[i] < 0)
+      throw_error<ValueError>(op, "entry '", entry, "' ", t.shape(), " has the negative value ", v[i], " at flat index ", i,
+                              " (a mean of squares is >= 0)");
+}
 
 void Adam::check_hyperparameters() const {
   Optimizer::check_hyperparameters();

@@ -70,6 +70,11 @@ class Optimizer {
   virtual bool tracks_param_step() const { return false; }
   // Whether a parameter's state is created (zero buffers, step 0) before its first update.
   virtual bool needs_state() const { return true; }
+  // Throws ValueError when a loaded buffer (finite, of the right shape) holds values no run
+  // produces; kind is its buffer_names() entry. Default: any finite value is fine.
+  virtual void check_buffer_values(const std::string& /*op*/, const std::string& /*kind*/,
+                                   const std::string& /*entry*/, const Tensor& /*t*/) const {}
+  static constexpr std::int64_t kMaxSteps = std::int64_t(1) << 53;
   // Throws ValueError when a hyper-parameter (including lr) is invalid.
   virtual void check_hyperparameters() const;
   // Updates parameter i from its validated gradient g (same shape and dtype as p).
@@ -163,6 +168,8 @@ class Adam : public Optimizer {
   Adam(const NamedTensors& params, const AdamOptions& options, bool decoupled);
   std::vector<std::string> buffer_names() const override;
   bool tracks_param_step() const override { return true; }
+  void check_buffer_values(const std::string& op, const std::string& kind, const std::string& entry,
+                           const Tensor& t) const override;
   void check_hyperparameters() const override;
   void update(std::size_t i, const Tensor& p, const Tensor& g) override;
 

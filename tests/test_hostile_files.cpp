@@ -5,6 +5,8 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 
@@ -14,11 +16,14 @@
 #include "xgrad/models/checkpoint.hpp"
 #include "xgrad/models/layers.hpp"
 #include "xgrad/models/module.hpp"
+#include "xgrad/models/optim.hpp"
 
 using namespace xgrad;
 using test::TmpDir;
 
 namespace {
+
+Tensor int_scalar(std::int64_t v) { return index_tensor({v}, {}); }
 
 std::string st_file(const std::string& header, const std::string& data = "") {
   return test::le64(header.size()) + header + data;
@@ -163,6 +168,62 @@ BOOST_AUTO_TEST_CASE(a_path_with_a_nul_byte_is_refused) {
            std::string(e.what()).find("NUL byte") != std::string::npos;
   });
   BOOST_TEST(load_safetensors(real).tensors[0].second.to_vector() == std::vector<double>({0, 0}));  // unchanged
+}
+
+// Optimizer state a real run cannot produce (a crafted checkpoint): refused by load_state_dict
+// and load_checkpoint, nothing changes. Before, step = INT64_MAX passed and the next Adam step
+// overflowed and wrote NaN into every parameter.
+BOOST_AUTO_TEST_CASE(crafted_optimizer_state_is_refused) {
+  Rng rng(0);
+  Linear model(2, 2, true, rng);
+  AdamW opt(model.named_parameters(), 0.1);
+  for (auto& p : model.parameters()) p.set_grad(ones(p.shape()));
+  opt.step();
+  opt.step();
+  const NamedTensors good = opt.state_dict();
+  auto with = [&](const std::string& name, const Tensor& t) { return test::replaced(good, name, t); };
+  struct Case {
+    std::string what;
+    NamedTensors state;
+    std::string message;
+  };
+  const Tensor w = model.weight;
+  std::vector<Case> cases = {
+      {"global step INT64_MAX", with("step", int_scalar(INT64_MAX)), "entry 'step' must be in [0, 2^53]"},
+      {"per-parameter step INT64_MAX", with("step.weight", int_scalar(INT64_MAX)), "entry 'step.weight' must be in [0, 2^53]"},
+      {"per-parameter step above the global one", with("step.weight", int_scalar(3)),
+       "entry 'step.weight' is 3 but a parameter with state has been updated at least once and at most 'step' = 2 times"},
+      {"per-parameter step 0 with state", with("step.weight", int_scalar(0)), "entry 'step.weight' is 0"},
+      {"NaN in exp_avg", with("exp_avg.weight", full(w.shape(), std::nan(""), w.dtype())), "non-finite value nan"},
+      {"inf in exp_avg_sq", with("exp_avg_sq.bias", full({2}, INFINITY, w.dtype())), "non-finite value inf"},
+      {"negative exp_avg_sq", with("exp_avg_sq.weight", full(w.shape(), -1.0, w.dtype())),
+       "entry 'exp_avg_sq.weight' (2, 2) has the negative value -1"},
+  };
+  TmpDir dir;
+  for (const auto& c : cases) {
+    BOOST_TEST_CONTEXT(c.what) {
+      const NamedTensors before = opt.state_dict();
+      try {
+        opt.load_state_dict(c.state);
+        BOOST_ERROR("accepted");
+      } catch (const ValueError& e) {
+        BOOST_TEST(std::string(e.what()).find(c.message) != std::string::npos, e.what());
+      }
+      BOOST_TEST(opt.state_dict().size() == before.size());
+      for (std::size_t i = 0; i < before.size(); ++i) BOOST_TEST(test::same_bits(opt.state_dict()[i].second, before[i].second));
+      // The same state in a checkpoint: load_checkpoint refuses it and changes nothing.
+      NamedTensors all = model.named_parameters();
+      for (const auto& [n, t] : c.state) all.emplace_back("optimizer." + n, t);
+      const std::string path = dir / "crafted.safetensors";
+      save_safetensors(path, all);
+      const auto w_before = model.weight.to_vector();
+      BOOST_CHECK_THROW(load_checkpoint(path, model, &opt), IOError);
+      BOOST_TEST(model.weight.to_vector() == w_before);
+    }
+  }
+  opt.load_state_dict(good);  // a real state still loads
+  opt.step();
+  for (double v : model.weight.to_vector()) BOOST_TEST(std::isfinite(v));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
