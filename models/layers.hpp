@@ -18,9 +18,10 @@ namespace xgrad {
 class Count {
  public:
   template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
-  constexpr Count(T v) : v_(0) {  // NOLINT(google-explicit-constructor): sizes read like ints
+  constexpr Count(T v) : v_(0) {  // implicit: Linear(4, 8, true, rng)
     if constexpr (std::is_signed_v<T>) v_ = static_cast<long long>(v);
-    else v_ = v > static_cast<unsigned long long>(LLONG_MAX) ? LLONG_MAX : static_cast<long long>(v);
+    else v_ = static_cast<unsigned long long>(v) > static_cast<unsigned long long>(LLONG_MAX) ? LLONG_MAX
+                                                                                               : static_cast<long long>(v);
   }
   constexpr long long value() const { return v_; }
   constexpr std::size_t size() const { return v_ < 0 ? 0 : static_cast<std::size_t>(v_); }
@@ -34,7 +35,8 @@ std::size_t check_count(const char* module, const char* arg, Count n, std::size_
 // ValueError naming module and arg unless 0 <= p < 1 (a dropout probability).
 double check_dropout(const char* module, const char* arg, double p);
 
-// A bool parameter that accepts only bool: Linear(4, 8, 0.5, rng) does not compile.
+// Enables a deleted overload for every non-bool B, so a flag is taken from a bool only
+// (Linear(4, 8, 0.5, rng) picks the deleted overload instead of converting 0.5 to true).
 template <class B>
 using EnableIfNotBool = std::enable_if_t<!std::is_same_v<std::decay_t<B>, bool>, int>;
 

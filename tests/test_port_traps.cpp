@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "helpers.hpp"
@@ -58,6 +59,13 @@ static_assert(std::is_constructible_v<Dropout, double, std::uint64_t>);
 static_assert(std::is_constructible_v<LayerNorm, int>);
 static_assert(std::is_constructible_v<LayerNorm, int, double>);
 static_assert(!std::is_convertible_v<int, LayerNormOptions>);
+// The kdim / vdim setters take sizes too.
+template <class T, class = void>
+struct KdimAccepts : std::false_type {};
+template <class T>
+struct KdimAccepts<T, std::void_t<decltype(std::declval<MultiHeadAttentionOptions&>().kdim(std::declval<T>()))>>
+    : std::true_type {};
+static_assert(!KdimAccepts<double>::value && !KdimAccepts<bool>::value && KdimAccepts<int>::value);
 
 namespace {
 
