@@ -1,7 +1,8 @@
 // MultiHeadAttention and the layers as a PyTorch user writes them: options objects (the
 // swapped positional calls do not compile), the accepted attn_mask shapes (B == H tested),
 // the need_weights default, unbatched input, add_bias_kv / add_zero_attn, float
-// key_padding_mask and blocks without biases. PyTorch 1.13 parity from the fixtures in
+// key_padding_mask, blocks without biases, batch_first=False, Embedding's padding_idx,
+// LayerNorm without affine parameters and cross_entropy on axis 1. PyTorch 1.13 parity from the fixtures in
 // tests/fixtures/mha_api (tools/make_fixtures.py, mha_api_fixtures), with the tolerance of
 // tests/test_golden.cpp; gradients checked in float64 (first and second order).
 #include <cmath>
