@@ -204,7 +204,7 @@ inline void check_causal_mask(Golden& g) {
 }
 
 // An nn.MultiheadAttention fixture (kind "mha"): the module built from the metadata (bias,
-// kdim, vdim; add_bias_kv, add_zero_attn, unbatched when present), PyTorch's state_dict
+// kdim, vdim; add_bias_kv, add_zero_attn, unbatched, batch_first when present), PyTorch's state_dict
 // loaded as is (same names), the fused output (need_weights = false), the output, the
 // per-head and averaged weights and every gradient compared.
 inline void run_mha_fixture(Golden& g, Deviation& dev) {
