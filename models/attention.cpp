@@ -4,7 +4,8 @@
 //   [add_zero_attn] k = [k; 0], v = [v; 0]                     (B,S'+1,E)
 //   per head: p = softmax(q_h k_h^T / sqrt(D) [+ float mask], bool masks)  (B,H,T,S')
 //   out = out_proj(concat_h(p v_h)) (B,T,E)
-// Unbatched input runs as B = 1 and drops that axis from the results.
+// Unbatched input runs as B = 1 and drops that axis from the results; batch_first(false)
+// input (T, B, E) runs transposed to (B, T, E) and the output is transposed back.
 #include <cmath>
 
 #include "xgrad/models/attention.hpp"
@@ -62,13 +63,13 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o, Rng& 
     : options(o),
       embed_dim(o.embed_dim()),
       num_heads(o.num_heads()),
-      head_dim(o.num_heads() ? o.embed_dim() / o.num_heads() : 0),
+      head_dim(o.embed_dim() / o.num_heads()),
       kdim(o.kdim()),
       vdim(o.vdim()),
       out_proj(o.embed_dim(), o.embed_dim(), o.bias(), rng),
       attn_drop(o.dropout(), rng()) {
   const std::size_t E = embed_dim, H = num_heads;
-  if (H == 0 || E % H != 0)
+  if (E % H != 0)
     throw_error<ValueError>("MultiHeadAttention", "embed_dim ", E, " must be divisible by num_heads ", H);
   if (kdim == E && vdim == E) {
     const double b = xavier_bound(E, 3 * E);
@@ -108,36 +109,48 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& query, const Tensor& k
   check_float(op, "query", query);
   check_float(op, "key", key);
   check_float(op, "value", value);
-  const bool unbatched = query.dim() == 2;
+  const bool unbatched = query.dim() == 2, bf = options.batch_first();
+  const char* layout = bf ? "batch-first (B, L, features)" : "sequence-first (L, B, features) (batch_first(false))";
   if (!(query.dim() == 3 && key.dim() == 3 && value.dim() == 3) &&
       !(unbatched && key.dim() == 2 && value.dim() == 2))
-    throw_error<ShapeError>(op, "arguments must be all batch-first (B, L, features) or all unbatched "
-                            "(L, features); got ", shapes_of(query, key, value));
+    throw_error<ShapeError>(op, "arguments must be all ", layout, " or all unbatched (L, features); got ",
+                            shapes_of(query, key, value));
   const DType dt = out_proj.weight.dtype();
   for (auto [arg, t] : {std::pair<const char*, const Tensor*>{"query", &query}, {"key", &key}, {"value", &value}})
     if (t->dtype() != dt)
       throw_error<DTypeError>(op, "argument '", arg, "' ", t->shape(), " is ", dtype_name(t->dtype()),
                               " but the parameters are ", dtype_name(dt),
                               " (convert the input, or the module with to())");
-  const std::size_t ax = unbatched ? 0 : 1;  // sequence axis
-  const std::size_t B = unbatched ? 1 : query.shape()[0], T = query.shape()[ax], S = key.shape()[ax];
+  // Axes in the caller's layout: batch axis bx, sequence axis ax, features at 2 (1 unbatched).
+  const std::size_t ax = unbatched ? 0 : bf ? 1 : 0, bx = bf ? 0 : 1, fx = unbatched ? 1 : 2;
+  const std::size_t B = unbatched ? 1 : query.shape()[bx], T = query.shape()[ax], S = key.shape()[ax];
   const std::size_t E = embed_dim, H = num_heads;
-  const bool shapes_ok = query.shape()[ax + 1] == E && key.shape()[ax + 1] == kdim &&
-                         value.shape()[ax + 1] == vdim && value.shape()[ax] == S &&
-                         (unbatched || (key.shape()[0] == B && value.shape()[0] == B));
-  if (!shapes_ok)
-    throw_error<ShapeError>(op, "arguments must be query ", unbatched ? "(T, " : "(B, T, ", E, "), key ",
-                            unbatched ? "(S, " : "(B, S, ", kdim, "), value ", unbatched ? "(S, " : "(B, S, ", vdim,
-                            "); got ", shapes_of(query, key, value));
+  const bool shapes_ok = query.shape()[fx] == E && key.shape()[fx] == kdim &&
+                         value.shape()[fx] == vdim && value.shape()[ax] == S &&
+                         (unbatched || (key.shape()[bx] == B && value.shape()[bx] == B));
+  if (!shapes_ok) {
+    const char* tq = unbatched ? "(T, " : bf ? "(B, T, " : "(T, B, ";
+    const char* ts = unbatched ? "(S, " : bf ? "(B, S, " : "(S, B, ";
+    throw_error<ShapeError>(op, "arguments must be query ", tq, E, "), key ", ts, kdim, "), value ", ts, vdim,
+                            ")", bf || unbatched ? "" : " (batch_first(false))", "; got ",
+                            shapes_of(query, key, value));
+  }
   AttentionMasks masks =
       attention_masks(op, opt.attn_mask, opt.key_padding_mask, opt.is_causal, {B, H, T, S}, dt, unbatched);
 
   // Everything is validated: from here on nothing throws for the caller's arguments.
+  // Everything below runs batch-first (B, L, features): unbatched inputs as B = 1,
+  // sequence-first inputs transposed (one copy each; self-attention transposes once).
   const bool self = query.impl() == key.impl() && key.impl() == value.impl();
-  const Tensor q_in = unbatched ? reshape(query, {1, T, E}) : query;
-  const Tensor k_in = self ? q_in : unbatched ? reshape(key, {1, S, kdim}) : key;
-  const Tensor v_in = self ? q_in : unbatched ? reshape(value, {1, S, vdim}) : value;
-  auto finish = [&](const Tensor& out) { return unbatched ? reshape(out, {T, E}) : out; };
+  auto to_bf = [&](const Tensor& t, std::size_t L, std::size_t F) {
+    return unbatched ? reshape(t, {1, L, F}) : bf ? t : transpose(t, 0, 1);
+  };
+  const Tensor q_in = to_bf(query, T, E);
+  const Tensor k_in = self ? q_in : to_bf(key, S, kdim);
+  const Tensor v_in = self ? q_in : to_bf(value, S, vdim);
+  auto finish = [&](const Tensor& out) {  // out (B, T, E)
+    return unbatched ? reshape(out, {T, E}) : bf ? out : transpose(out, 0, 1);
+  };
   const std::size_t extra_keys = std::size_t(bias_k.defined()) + std::size_t(options.add_zero_attn());
 
   // The fused op needs neither the weights nor dropout on them; otherwise the composed

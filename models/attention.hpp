@@ -4,8 +4,13 @@
 // positional order cannot be silently misread:
 //   MultiHeadAttention mha(MultiHeadAttentionOptions(64, 4).dropout(0.1).bias(false), rng);
 //
-// Inputs are batch-first: query (B, T, E), key (B, S, kdim), value (B, S, vdim); or unbatched,
-// all 2-D: query (T, E), key (S, kdim), value (S, vdim) -> output (T, E).
+// BATCH-FIRST BY DEFAULT, UNLIKE PyTorch: nn.MultiheadAttention defaults to batch_first=False,
+// i.e. (T, B, E). A (T, B, E) tensor ported from PyTorch is read here as (B, T, E) unless the
+// options say .batch_first(false).
+//   batch_first(true)  (default): query (B, T, E), key (B, S, kdim), value (B, S, vdim) -> (B, T, E)
+//   batch_first(false) (PyTorch's default): query (T, B, E), key (S, B, kdim), value (S, B, vdim)
+//                      -> output (T, B, E); the weights stay (B, T, S') / (B, H, T, S'), as PyTorch
+//   unbatched (either setting), all 2-D: query (T, E), key (S, kdim), value (S, vdim) -> (T, E)
 // Parameters (state_dict names and shapes exactly as PyTorch's, so weights move between
 // the two unchanged):
 //   kdim == vdim == E:  in_proj_weight (3E, E)  [q; k; v rows]
@@ -52,22 +57,30 @@ struct AttentionOptions {
 };
 
 struct AttentionOutput {
-  Tensor output;   // (B, T, E); unbatched (T, E)
+  Tensor output;   // (B, T, E), or (T, B, E) with batch_first(false); unbatched (T, E)
   Tensor weights;  // undefined unless need_weights; (B, T, S') or (B, H, T, S'); unbatched
                    // (T, S') or (H, T, S'); S' counts the keys added by add_bias_kv / add_zero_attn
 };
 
 // torch::nn::MultiheadAttentionOptions: required embed_dim, num_heads; the rest by name.
+// Sizes are Counts (a double or a bool does not compile); embed_dim, num_heads >= 1 and
+// 0 <= dropout < 1 are checked here, kdim, vdim >= 0: ValueError naming MultiHeadAttention.
 class MultiHeadAttentionOptions {
  public:
-  MultiHeadAttentionOptions(std::size_t embed_dim, std::size_t num_heads)
-      : embed_dim_(embed_dim), num_heads_(num_heads) {}
-  MultiHeadAttentionOptions& dropout(double p) { dropout_ = p; return *this; }  // on the weights
+  MultiHeadAttentionOptions(Count embed_dim, Count num_heads)
+      : embed_dim_(check_count("MultiHeadAttention", "embed_dim", embed_dim)),
+        num_heads_(check_count("MultiHeadAttention", "num_heads", num_heads)) {}
+  MultiHeadAttentionOptions& dropout(double p) {  // on the weights
+    dropout_ = check_dropout("MultiHeadAttention", "dropout", p);
+    return *this;
+  }
   MultiHeadAttentionOptions& bias(bool b) { bias_ = b; return *this; }          // in_proj_bias, out_proj.bias
   MultiHeadAttentionOptions& add_bias_kv(bool b) { add_bias_kv_ = b; return *this; }
   MultiHeadAttentionOptions& add_zero_attn(bool b) { add_zero_attn_ = b; return *this; }
-  MultiHeadAttentionOptions& kdim(std::size_t d) { kdim_ = d; return *this; }  // 0 = embed_dim
-  MultiHeadAttentionOptions& vdim(std::size_t d) { vdim_ = d; return *this; }  // 0 = embed_dim
+  MultiHeadAttentionOptions& kdim(Count d) { kdim_ = check_count("MultiHeadAttention", "kdim", d, 0); return *this; }  // 0 = embed_dim
+  MultiHeadAttentionOptions& vdim(Count d) { vdim_ = check_count("MultiHeadAttention", "vdim", d, 0); return *this; }  // 0 = embed_dim
+  // false: (T, B, E) / (S, B, kdim) / (S, B, vdim) inputs and (T, B, E) output, PyTorch's default.
+  MultiHeadAttentionOptions& batch_first(bool b) { batch_first_ = b; return *this; }
   std::size_t embed_dim() const { return embed_dim_; }
   std::size_t num_heads() const { return num_heads_; }
   double dropout() const { return dropout_; }
@@ -76,11 +89,12 @@ class MultiHeadAttentionOptions {
   bool add_zero_attn() const { return add_zero_attn_; }
   std::size_t kdim() const { return kdim_ ? kdim_ : embed_dim_; }
   std::size_t vdim() const { return vdim_ ? vdim_ : embed_dim_; }
+  bool batch_first() const { return batch_first_; }
 
  private:
   std::size_t embed_dim_, num_heads_;
   double dropout_ = 0.0;
-  bool bias_ = true, add_bias_kv_ = false, add_zero_attn_ = false;
+  bool bias_ = true, add_bias_kv_ = false, add_zero_attn_ = false, batch_first_ = true;
   std::size_t kdim_ = 0, vdim_ = 0;
 };
 

@@ -1,4 +1,5 @@
 // Basic layers.
+#include <algorithm>
 #include <cmath>
 
 #include "xgrad/models/layers.hpp"
@@ -6,8 +7,21 @@
 
 namespace xgrad {
 
-Linear::Linear(std::size_t in, std::size_t out, bool has_bias, Rng& rng) {
-  const double bound = 1.0 / std::sqrt(double(std::max<std::size_t>(in, 1)));
+std::size_t check_count(const char* module, const char* arg, Count n, std::size_t min) {
+  if (n.value() < 0 || n.size() < min)
+    throw_error<ValueError>(module, "argument '", arg, "' must be >= ", min, ", got ", n.value());
+  return n.size();
+}
+
+double check_dropout(const char* module, const char* arg, double p) {
+  if (!(p >= 0 && p < 1)) throw_error<ValueError>(module, "argument '", arg, "' must be in [0, 1), got ", p);
+  return p;
+}
+
+Linear::Linear(Count in_features, Count out_features, bool has_bias, Rng& rng) {
+  const std::size_t in = check_count("Linear", "in_features", in_features);
+  const std::size_t out = check_count("Linear", "out_features", out_features);
+  const double bound = 1.0 / std::sqrt(double(in));
   weight = uniform({out, in}, -bound, bound, rng);
   register_parameter("weight", &weight);
   if (has_bias) {
@@ -17,15 +31,48 @@ Linear::Linear(std::size_t in, std::size_t out, bool has_bias, Rng& rng) {
 }
 Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
 
-Embedding::Embedding(std::size_t num, std::size_t dim, Rng& rng) {
-  weight = randn({num, dim}, rng);
+EmbeddingOptions& EmbeddingOptions::padding_idx(long long k) {
+  const long long n = static_cast<long long>(num_);
+  if (k < -n || k >= n)
+    throw_error<ValueError>("Embedding", "argument 'padding_idx' ", k, " must be in [-", num_, ", ", num_,
+                            ") for num_embeddings ", num_);
+  padding_ = static_cast<std::size_t>(k < 0 ? k + n : k);
+  has_padding_ = true;
+  return *this;
+}
+
+Embedding::Embedding(Count num, Count dim, Rng& rng) : Embedding(EmbeddingOptions(num, dim), rng) {}
+
+Embedding::Embedding(const EmbeddingOptions& o, Rng& rng)
+    : has_padding_idx(o.has_padding_idx()), padding_idx(o.padding_idx()) {
+  const std::size_t num = o.num_embeddings(), dim = o.dim();
+  std::vector<double> w = randn({num, dim}, rng).to_vector();
+  if (has_padding_idx) std::fill_n(w.begin() + std::ptrdiff_t(padding_idx * dim), dim, 0.0);
+  weight = tensor(w, {num, dim});
   register_parameter("weight", &weight);
 }
-Tensor Embedding::forward(const Tensor& indices) const { return embedding(weight, indices); }
 
-LayerNorm::LayerNorm(std::size_t dim, double eps_) : LayerNorm(LayerNormOptions(dim).eps(eps_)) {}
+// With padding_idx k: the lookup reads where(row == k, W.detach(), W), equal to W in value
+// but with no path from row k to the output, so dL/dW[k] = 0 (also at second order).
+Tensor Embedding::forward(const Tensor& indices) const {
+  if (!has_padding_idx) return embedding(weight, indices);
+  const std::size_t num = weight.shape()[0];
+  std::vector<bool> pad(num, false);
+  pad[padding_idx] = true;
+  return embedding(where(bool_tensor(pad, {num, 1}), weight.detach(), weight), indices);
+}
+
+LayerNormOptions& LayerNormOptions::eps(double e) {
+  if (!(e > 0) || !std::isfinite(e))
+    throw_error<ValueError>("LayerNorm", "argument 'eps' must be finite and > 0, got ", e);
+  eps_ = e;
+  return *this;
+}
+
+LayerNorm::LayerNorm(Count dim, double eps_) : LayerNorm(LayerNormOptions(dim).eps(eps_)) {}
 
 LayerNorm::LayerNorm(const LayerNormOptions& o) : eps(o.eps()) {
+  if (!o.elementwise_affine()) return;
   weight = ones({o.dim()});
   register_parameter("weight", &weight);
   if (o.bias()) {
@@ -36,7 +83,7 @@ LayerNorm::LayerNorm(const LayerNormOptions& o) : eps(o.eps()) {
 Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
 
 Tensor dropout(const Tensor& x, double p, bool training, Rng& rng) {
-  if (!(p >= 0 && p < 1)) throw_error<ValueError>("dropout", "argument 'p' must be in [0, 1), got ", p);
+  check_dropout("dropout", "p", p);
   if (!training || p == 0) return x;
   check_float("dropout", "x", x);
   std::vector<double> m(x.numel());
@@ -44,9 +91,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Rng& rng) {
   return mul(x, tensor(m, x.shape(), x.dtype()));
 }
 
-Dropout::Dropout(double p_, std::uint64_t seed) : p(p_), rng_(seed) {
-  if (!(p >= 0 && p < 1)) throw_error<ValueError>("Dropout", "argument 'p' must be in [0, 1), got ", p);
-}
+Dropout::Dropout(double p_, std::uint64_t seed) : p(check_dropout("Dropout", "p", p_)), rng_(seed) {}
 Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, training(), rng_); }
 
 FeedForward::FeedForward(const FeedForwardOptions& o, Rng& rng)
@@ -69,7 +114,9 @@ static void check_positions(const char* op, const Tensor& x, const Shape& table)
     throw_error<ShapeError>(op, "argument 'x' ", x.shape(), " must be (B, T, ", table[1], ") with T <= ", table[0]);
 }
 
-LearnedPositionalEncoding::LearnedPositionalEncoding(std::size_t max_len, std::size_t dim, Rng& rng) {
+LearnedPositionalEncoding::LearnedPositionalEncoding(Count max_len_, Count dim_, Rng& rng) {
+  const std::size_t max_len = check_count("LearnedPositionalEncoding", "max_len", max_len_);
+  const std::size_t dim = check_count("LearnedPositionalEncoding", "dim", dim_);
   weight = randn({max_len, dim}, rng);
   register_parameter("weight", &weight);
 }
@@ -78,7 +125,9 @@ Tensor LearnedPositionalEncoding::forward(const Tensor& x) const {
   return add(x, narrow(weight, 0, 0, x.shape()[1]));
 }
 
-SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(std::size_t max_len, std::size_t dim) {
+SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(Count max_len_, Count dim_) {
+  const std::size_t max_len = check_count("SinusoidalPositionalEncoding", "max_len", max_len_);
+  const std::size_t dim = check_count("SinusoidalPositionalEncoding", "dim", dim_);
   std::vector<double> pe(max_len * dim);
   for (std::size_t t = 0; t < max_len; ++t)
     for (std::size_t i = 0; i < dim; ++i) {

@@ -4,44 +4,73 @@
 
 namespace xgrad {
 
-// logits: (N..., C), targets: (N...);  loss = -sum(w * log_softmax(logits)) / #kept
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index,
-                     double label_smoothing) {
-  check_float("cross_entropy", "logits", logits);
-  if (!targets.defined())
-    throw_error<DTypeError>("cross_entropy", "argument 'targets' must be int64, got an undefined tensor");
-  if (targets.dtype() != DType::Int64)
-    throw_error<DTypeError>("cross_entropy", "argument 'targets' must be int64, got ", dtype_name(targets.dtype()),
-                            " of shape ", targets.shape());
+// logits (..., C at axis a, ...), targets: logits' shape without axis a.
+// Class-last form l = logits with axis a moved last (N..., C);
+// loss = -sum(w * log_softmax(l, -1)) / #kept.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, ClassAxis class_axis,
+                     std::int64_t ignore_index, double label_smoothing) {
+  const char* op = "cross_entropy";
+  check_float(op, "logits", logits);
   const Shape& ls = logits.shape();
-  if (ls.empty() || targets.dim() + 1 != ls.size() ||
-      !std::equal(targets.shape().begin(), targets.shape().end(), ls.begin()))
-    throw_error<ShapeError>("cross_entropy", "argument 'logits' ", ls, " must be the shape of 'targets' ",
-                            targets.shape(), " plus a class axis");
+  const long r = long(ls.size());
+  if (r == 0 || class_axis.axis < -r || class_axis.axis >= r)
+    throw_error<ShapeError>(op, "class axis ", class_axis.axis, " is out of range for argument 'logits' ", ls,
+                            " (rank ", r, ")");
+  const std::size_t a = std::size_t(class_axis.axis < 0 ? class_axis.axis + r : class_axis.axis);
+  const std::string where = a + 1 == ls.size() ? std::string("the last axis") : "axis " + std::to_string(a);
+  if (!targets.defined())
+    throw_error<DTypeError>(op, "argument 'targets' must be int64, got an undefined tensor");
+  if (targets.dtype() != DType::Int64)
+    throw_error<DTypeError>(op, "argument 'targets' must be int64, got ", dtype_name(targets.dtype()),
+                            " of shape ", targets.shape());
+  Shape expected = ls;
+  expected.erase(expected.begin() + std::ptrdiff_t(a));
+  if (targets.shape() != expected)
+    throw_error<ShapeError>(op, "argument 'logits' ", ls, " must be the shape of 'targets' ", targets.shape(),
+                            " plus the class axis at ", where, " (classes on ", where, " of 'logits')");
   if (!(label_smoothing >= 0 && label_smoothing <= 1))
-    throw_error<ValueError>("cross_entropy", "argument 'label_smoothing' must be in [0, 1], got ", label_smoothing,
+    throw_error<ValueError>(op, "argument 'label_smoothing' must be in [0, 1], got ", label_smoothing,
                             " (for 'logits' ", ls, ")");
-  const std::size_t C = ls.back(), N = targets.numel();
+  const std::size_t C = ls[a], N = targets.numel();
   const std::int64_t* t = targets.data<std::int64_t>();
+  for (std::size_t i = 0; i < N; ++i)
+    if (t[i] != ignore_index && (t[i] < 0 || std::size_t(t[i]) >= C))
+      throw_error<IndexError>(op, "target ", t[i], " at flat position ", i, " of argument 'targets' ",
+                              targets.shape(), " is out of range for ", C, " classes (", where, " of 'logits' ",
+                              ls, ")");
+
+  // Everything is validated. Classes to the last axis: l (targets..., C).
+  Tensor l = logits;
+  if (a + 1 != ls.size()) {
+    std::vector<std::size_t> perm;
+    for (std::size_t i = 0; i < ls.size(); ++i)
+      if (i != a) perm.push_back(i);
+    perm.push_back(a);
+    l = permute(logits, perm);
+  }
+  Shape lshape = expected;
+  lshape.push_back(C);
   std::vector<double> w(N * C, 0.0);
   std::size_t kept = 0;
   for (std::size_t i = 0; i < N; ++i) {
     if (t[i] == ignore_index) continue;
-    if (t[i] < 0 || std::size_t(t[i]) >= C)
-      throw_error<IndexError>("cross_entropy", "target ", t[i], " at flat position ", i, " of argument 'targets' ",
-                              targets.shape(), " is out of range for ", C, " classes of 'logits' ", ls);
     ++kept;
     for (std::size_t c = 0; c < C; ++c) w[i * C + c] = label_smoothing / double(C);
     w[i * C + std::size_t(t[i])] += 1.0 - label_smoothing;
   }
-  Tensor weights = tensor(w, ls, logits.dtype());
+  Tensor weights = tensor(w, lshape, logits.dtype());
   // Log-probabilities with weight 0 are dropped before the product: a -inf there (a -inf
   // logit, or float overflow) would otherwise make 0 * -inf = NaN.
   std::vector<bool> unused(w.size());
   for (std::size_t i = 0; i < w.size(); ++i) unused[i] = w[i] == 0.0;
-  Tensor logp = masked_fill(log_softmax(logits, -1), bool_tensor(unused, ls), 0.0);
+  Tensor logp = masked_fill(log_softmax(l, -1), bool_tensor(unused, lshape), 0.0);
   Tensor total = sum(mul(logp, weights));
   return mul_scalar(total, kept ? -1.0 / double(kept) : 0.0);
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index,
+                     double label_smoothing) {
+  return cross_entropy(logits, targets, ClassAxis(-1), ignore_index, label_smoothing);
 }
 
 Tensor mse_loss(const Tensor& a, const Tensor& b) {

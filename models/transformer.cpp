@@ -4,6 +4,35 @@
 
 namespace xgrad {
 
+TransformerBlockOptions::TransformerBlockOptions(Count embed_dim, Count num_heads, Count ff_hidden)
+    : embed_dim_(check_count("TransformerBlock", "embed_dim", embed_dim)),
+      num_heads_(check_count("TransformerBlock", "num_heads", num_heads)),
+      ff_hidden_(check_count("TransformerBlock", "ff_hidden", ff_hidden)) {
+  if (embed_dim_ % num_heads_ != 0)
+    throw_error<ValueError>("TransformerBlock", "argument 'embed_dim' ", embed_dim_,
+                            " must be divisible by argument 'num_heads' ", num_heads_);
+}
+
+namespace {
+
+const TransformerConfig& checked(const TransformerConfig& c) {
+  const char* op = "Transformer";
+  const std::pair<const char*, std::size_t> sizes[] = {{"config.vocab_size", c.vocab_size},
+                                                       {"config.max_len", c.max_len},
+                                                       {"config.embed_dim", c.embed_dim},
+                                                       {"config.num_heads", c.num_heads},
+                                                       {"config.ff_hidden", c.ff_hidden},
+                                                       {"config.num_layers", c.num_layers}};
+  for (const auto& s : sizes) check_count(op, s.first, s.second);
+  if (c.embed_dim % c.num_heads != 0)
+    throw_error<ValueError>(op, "argument 'config.embed_dim' ", c.embed_dim,
+                            " must be divisible by argument 'config.num_heads' ", c.num_heads);
+  check_dropout(op, "config.dropout", c.dropout);
+  return c;
+}
+
+}  // namespace
+
 TransformerBlock::TransformerBlock(const TransformerBlockOptions& o, Rng& rng)
     : ln1(LayerNormOptions(o.embed_dim()).bias(o.bias())),
       attn(MultiHeadAttentionOptions(o.embed_dim(), o.num_heads()).dropout(o.dropout()).bias(o.bias()), rng),
@@ -29,7 +58,7 @@ Tensor TransformerBlock::forward(const Tensor& x, const AttentionOptions& option
 }
 
 TransformerBody::TransformerBody(const TransformerConfig& c)
-    : config(c), rng(c.seed), tok_emb(c.vocab_size, c.embed_dim, rng), emb_drop(c.dropout, c.seed + 1),
+    : config(checked(c)), rng(c.seed), tok_emb(c.vocab_size, c.embed_dim, rng), emb_drop(c.dropout, c.seed + 1),
       ln_f(LayerNormOptions(c.embed_dim).bias(c.bias)) {
   register_module("tok_emb", &tok_emb);
   if (c.positional == PositionalKind::Learned) {

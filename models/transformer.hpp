@@ -8,11 +8,13 @@ namespace xgrad {
 
 // TransformerBlock's settings by name:
 //   TransformerBlockOptions(embed_dim, num_heads, ff_hidden).dropout(0.1).bias(false)
+// Sizes are Counts: TransformerBlockOptions(64, 4, 0.1) does not compile. embed_dim,
+// num_heads, ff_hidden >= 1, num_heads dividing embed_dim and 0 <= dropout < 1 are checked
+// here (ValueError naming TransformerBlock and the argument).
 class TransformerBlockOptions {
  public:
-  TransformerBlockOptions(std::size_t embed_dim, std::size_t num_heads, std::size_t ff_hidden)
-      : embed_dim_(embed_dim), num_heads_(num_heads), ff_hidden_(ff_hidden) {}
-  TransformerBlockOptions& dropout(double p) { dropout_ = p; return *this; }
+  TransformerBlockOptions(Count embed_dim, Count num_heads, Count ff_hidden);
+  TransformerBlockOptions& dropout(double p) { dropout_ = check_dropout("TransformerBlock", "dropout", p); return *this; }
   // false: no bias parameter anywhere (LayerNorms keep their weight; GPT-2 / nanoGPT bias=False)
   TransformerBlockOptions& bias(bool b) { bias_ = b; return *this; }
   TransformerBlockOptions& gelu_approximate_tanh(bool b) { gelu_tanh_ = b; return *this; }  // FeedForward's GELU
@@ -45,6 +47,9 @@ class TransformerBlock : public Module {
 
 enum class PositionalKind { Learned, Sinusoidal };
 
+// Checked by the TransformerBody / Encoder / Decoder constructor before anything is built
+// (ValueError "Transformer: config.<field> ..."): vocab_size, max_len, embed_dim, num_heads,
+// ff_hidden, num_layers >= 1, num_heads divides embed_dim, 0 <= dropout < 1.
 struct TransformerConfig {
   std::size_t vocab_size = 16;
   std::size_t max_len = 64;

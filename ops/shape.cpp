@@ -1,4 +1,5 @@
 // Shape ops: every gradient routes back through the inverse shape op.
+#include <algorithm>
 #include <numeric>
 
 
@@ -154,6 +155,17 @@ Tensor narrow(const Tensor& x, long axis, std::size_t start, std::size_t length)
   return record("narrow", y, {x}, [ax, start, n](const Node&, const Tensor& g) -> std::vector<Tensor> {
     return {unnarrow(g, long(ax), start, n)};
   });
+}
+
+// [start, end) resolved as libtorch's slice: +size when negative, clamped to [0, size],
+// end raised to start when smaller; then narrow(x, dim, start, end - start).
+Tensor slice(const Tensor& x, long dim, long start, long end) {
+  check_float("slice", "x", x);
+  const std::size_t ax = normalize_axis("slice", dim, x.shape());
+  const long n = long(x.shape()[ax]);
+  auto resolve = [n](long i) { return std::min(std::max(i < 0 ? i + n : i, 0L), n); };
+  const long s = resolve(start), e = std::max(resolve(end), s);
+  return narrow(x, long(ax), std::size_t(s), std::size_t(e - s));
 }
 
 // x: (outer, m, inner) -> y: (outer, size, inner), zeros except y[o, start + i, r] = x[o, i, r]

@@ -1,5 +1,6 @@
 // xgrad/ops/shape.hpp — reshaping, permuting, slicing and joining.
 #pragma once
+#include <climits>
 #include <vector>
 
 #include "xgrad/framework/tensor.hpp"
@@ -19,10 +20,14 @@ Tensor split_heads(const Tensor& x, std::size_t num_heads);
 Tensor merge_heads(const Tensor& x);
 
 // x.narrow(axis, start, length) in PyTorch: elements [start, start + length) of `axis`.
+// IndexError unless start + length <= x.size(axis).
 Tensor narrow(const Tensor& x, long axis, std::size_t start, std::size_t length);
-inline Tensor slice(const Tensor& x, long axis, std::size_t start, std::size_t length) {
-  return narrow(x, axis, start, length);
-}
+// libtorch's x.slice(dim, start, end) (step 1), i.e. x[..., start:end] along dim: an END index,
+// exclusive, not a length (slice(arange(10), 0, 2, 3) is [2], narrow(.., 2, 3) is [2, 3, 4]).
+// As libtorch / Python: negative start or end count from the end (+ x.size(dim)), both are
+// then clamped to [0, size], and end <= start gives an empty axis; never an IndexError.
+// narrow(x, dim, start', end' - start') on the resolved range (its gradient is narrow's).
+Tensor slice(const Tensor& x, long dim, long start = 0, long end = LONG_MAX);
 // The adjoint of narrow: zeros of size `size` along `axis` with x placed at `start`.
 Tensor unnarrow(const Tensor& x, long axis, std::size_t start, std::size_t size);
 

@@ -204,7 +204,7 @@ inline void check_causal_mask(Golden& g) {
 }
 
 // An nn.MultiheadAttention fixture (kind "mha"): the module built from the metadata (bias,
-// kdim, vdim; add_bias_kv, add_zero_attn, unbatched when present), PyTorch's state_dict
+// kdim, vdim; add_bias_kv, add_zero_attn, unbatched, batch_first when present), PyTorch's state_dict
 // loaded as is (same names), the fused output (need_weights = false), the output, the
 // per-head and averaged weights and every gradient compared.
 inline void run_mha_fixture(Golden& g, Deviation& dev) {
@@ -215,7 +215,8 @@ inline void run_mha_fixture(Golden& g, Deviation& dev) {
                              .kdim(g.integer("kdim"))
                              .vdim(g.integer("vdim"))
                              .add_bias_kv(integer_or(g, "add_bias_kv", 0) != 0)
-                             .add_zero_attn(integer_or(g, "add_zero_attn", 0) != 0),
+                             .add_zero_attn(integer_or(g, "add_zero_attn", 0) != 0)
+                             .batch_first(integer_or(g, "batch_first", 1) != 0),
                          rng);
   const NamedTensors torch_params = g.params();
   BOOST_TEST((names_of(mha.named_parameters()) == names_of(torch_params)));  // the state_dict loads as is

@@ -97,7 +97,7 @@ BOOST_AUTO_TEST_CASE(converted_attention_and_model_messages) {
              "mse_loss: argument 'a' (2, 3) and 'b' (3, 2) must have one shape");
   BOOST_TEST(message_of<IndexError>([] { cross_entropy(zeros({2, 3}), index_tensor({0, 7}, {2})); }) ==
              "cross_entropy: target 7 at flat position 1 of argument 'targets' (2) is out of range for 3 classes "
-             "of 'logits' (2, 3)");
+             "(the last axis of 'logits' (2, 3))");
   BOOST_TEST(message_of<ValueError>([] { SGD({{"w", zeros({2})}}, -0.001234567891); }) ==
              "SGD: lr must be finite and >= 0, got -0.001234567891");
   BOOST_TEST(message_of<ValueError>([] { warmup_cosine_lr(0, 0.1, 20, 10); }) ==

@@ -220,7 +220,7 @@ BOOST_AUTO_TEST_CASE(reduction_axis_given_twice) {
 BOOST_AUTO_TEST_CASE(narrow_out_of_bounds) {
   Tensor x = r64({2, 4});
   CHECK_THROWS(narrow(x, 1, 3, 2), IndexError, "narrow", "'x'", "(2, 4)", "[3, 5)");
-  CHECK_THROWS(slice(x, 0, 2, 1), IndexError, "narrow", "'x'", "(2, 4)");
+  CHECK_THROWS(slice(x, 2, 0, 1), IndexError, "slice", "'x'", "(2, 4)", "axis 2");
   CHECK_THROWS(unnarrow(x, 1, 1, 4), IndexError, "unnarrow", "'x'", "(2, 4)", "4");
 }
 

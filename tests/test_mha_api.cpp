@@ -1,7 +1,8 @@
 // MultiHeadAttention and the layers as a PyTorch user writes them: options objects (the
 // swapped positional calls do not compile), the accepted attn_mask shapes (B == H tested),
 // the need_weights default, unbatched input, add_bias_kv / add_zero_attn, float
-// key_padding_mask and blocks without biases. PyTorch 1.13 parity from the fixtures in
+// key_padding_mask, blocks without biases, batch_first=False, Embedding's padding_idx,
+// LayerNorm without affine parameters and cross_entropy on axis 1. PyTorch 1.13 parity from the fixtures in
 // tests/fixtures/mha_api (tools/make_fixtures.py, mha_api_fixtures), with the tolerance of
 // tests/test_golden.cpp; gradients checked in float64 (first and second order).
 #include <cmath>
@@ -21,6 +22,7 @@
 #include "xgrad/models/attention.hpp"
 #include "xgrad/models/checkpoint.hpp"
 #include "xgrad/models/layers.hpp"
+#include "xgrad/models/loss.hpp"
 #include "xgrad/models/module.hpp"
 #include "xgrad/models/transformer.hpp"
 #include "xgrad/ops/attention.hpp"
@@ -55,7 +57,9 @@ const std::string kApiDir = std::string(XGRAD_FIXTURE_DIR) + "/mha_api";
 const char* const kApiFixtures[] = {"unbatched_self", "unbatched_cross", "unbatched_self_causal", "bias_kv",
                                     "zero_attn", "bias_kv_zero_attn", "bias_kv_zero_attn_causal", "float_kpm",
                                     "float_kpm_self", "unbatched_float_kpm_bias_kv_zero_attn", "block_no_bias",
-                                    "block_no_bias_gelu_tanh"};
+                                    "block_no_bias_gelu_tanh", "seq_first_cross", "seq_first_self_causal",
+                                    "embedding_padding_idx", "embedding_padding_idx_negative",
+                                    "layer_norm_no_affine", "cross_entropy_class_axis1"};
 
 void run_mha(const std::string& fixture) {
   Golden g(fixture, kApiDir);
@@ -312,6 +316,63 @@ void run_block_no_bias(const std::string& fixture) {
 }
 BOOST_AUTO_TEST_CASE(golden_block_no_bias) { run_block_no_bias("block_no_bias"); }
 BOOST_AUTO_TEST_CASE(golden_block_no_bias_gelu_tanh) { run_block_no_bias("block_no_bias_gelu_tanh"); }
+
+// nn.MultiheadAttention(batch_first=False), PyTorch's default: (T, B, E) in and out.
+BOOST_AUTO_TEST_CASE(golden_seq_first_cross) { run_mha("seq_first_cross"); }
+BOOST_AUTO_TEST_CASE(golden_seq_first_self_causal) { run_mha("seq_first_self_causal"); }
+
+// nn.Embedding(num, dim, padding_idx=k): the padding row is zero at construction, is still
+// looked up (the fixture sets it non-zero) and its gradient is exactly zero.
+void run_embedding_padding(const std::string& fixture) {
+  Golden g(fixture, kApiDir);
+  BOOST_TEST_REQUIRE(g.str("kind") == "embedding");
+  Deviation dev;
+  Rng rng(0);
+  Embedding emb(EmbeddingOptions(g.integer("num_embeddings"), g.integer("dim")).padding_idx(g.integer("padding_idx")),
+                rng);
+  const std::size_t dim = std::size_t(g.integer("dim")), k = emb.padding_idx;
+  const Tensor init_row = narrow(emb.weight, 0, k, 1);
+  compare("init_pad_row", reshape(init_row, {dim}), g.at("ref.init_pad_row"), dev);
+  for (double v : init_row.to_vector()) BOOST_TEST(v == 0.0);
+  emb.load_parameters(g.params());
+  const Tensor out = emb.forward(g.at("indices"));
+  compare("output", out, g.at("output"), dev);
+  compare_grads(g, out, {}, emb.named_parameters(), dev);
+  const Tensor gw = grad({sum(mul(emb.forward(g.at("indices")), g.at("upstream")))}, {emb.weight})[0];
+  for (double v : narrow(gw, 0, k, 1).to_vector()) BOOST_TEST(v == 0.0);
+  g.check_all_used();
+  report(g, dev);
+}
+BOOST_AUTO_TEST_CASE(golden_embedding_padding_idx) { run_embedding_padding("embedding_padding_idx"); }
+BOOST_AUTO_TEST_CASE(golden_embedding_padding_idx_negative) { run_embedding_padding("embedding_padding_idx_negative"); }
+
+// nn.LayerNorm(E, elementwise_affine=False): no parameters.
+BOOST_AUTO_TEST_CASE(golden_layer_norm_no_affine) {
+  Golden g("layer_norm_no_affine", kApiDir);
+  Deviation dev;
+  LayerNorm ln(LayerNormOptions(g.at("x").shape().back()).eps(g.num("eps")).elementwise_affine(false));
+  BOOST_TEST(ln.named_parameters().empty());
+  const Tensor x = g.leaf("x");
+  const Tensor out = ln.forward(x);
+  compare("output", out, g.at("output"), dev);
+  compare_grads(g, out, {{"x", x}}, {}, dev);
+  g.check_all_used();
+  report(g, dev);
+}
+
+// F.cross_entropy(logits (N, C, T), targets (N, T)) with C == T: ClassAxis(1).
+BOOST_AUTO_TEST_CASE(golden_cross_entropy_class_axis1) {
+  Golden g("cross_entropy_class_axis1", kApiDir);
+  BOOST_TEST_REQUIRE(g.integer("class_axis") == 1);
+  Deviation dev;
+  const Tensor logits = g.leaf("logits");
+  const Tensor out =
+      cross_entropy(logits, g.at("targets"), ClassAxis(1), g.integer("ignore_index"), g.num("label_smoothing"));
+  compare("output", out, g.at("output"), dev);
+  compare_grads(g, out, {{"logits", logits}}, {}, dev);
+  g.check_all_used();
+  report(g, dev);
+}
 
 BOOST_AUTO_TEST_CASE(every_api_fixture_is_tested) {
   std::set<std::string> tested(std::begin(kApiFixtures), std::end(kApiFixtures)), found;

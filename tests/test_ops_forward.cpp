@@ -600,7 +600,8 @@ BOOST_AUTO_TEST_CASE(narrow_slice_unnarrow) {
     for (int j = 1; j < 3; ++j)
       for (int k = 0; k < 3; ++k) en.push_back(xv[(i * 4 + j) * 3 + k]);
   BOOST_TEST(allclose(n, en, 0, 0));
-  BOOST_TEST(allclose(slice(x, 1, 1, 2), en, 0, 0));
+  BOOST_TEST(allclose(slice(x, 1, 1, 3), en, 0, 0));  // libtorch's slice: end index 3, not length
+  BOOST_TEST(allclose(slice(x, 1, -3, -1), en, 0, 0));  // negative: + size
   // last axis, negative
   Tensor nl = narrow(x, -1, 2, 1);
   BOOST_TEST(sh(nl) == "(2, 4, 1)");

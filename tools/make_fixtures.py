@@ -360,33 +360,40 @@ MHA_API_DIR = os.path.join(OUT_DIR, "mha_api")
 
 def mha_api_fixture(name, seed, B=2, T=4, S=None, E=8, H=2, kdim=None, vdim=None, bias=True,
                     self_attn=False, unbatched=False, add_bias_kv=False, add_zero_attn=False,
-                    causal=False, mask=None, kpm=None):
-    """mask: None, "bool2d" (T, S), "bool3d" ((B*H or H), T, S), "float2d" (T, S).
+                    causal=False, mask=None, kpm=None, batch_first=True):
+    """batch_first=False: PyTorch's default layout, query (T, B, E), key/value (S, B, .),
+    output (T, B, E) (metadata batch_first 0; the key is absent when True).
+    mask: None, "bool2d" (T, S), "bool3d" ((B*H or H), T, S), "float2d" (T, S).
     kpm: None, "bool" or "float" ((B, S), unbatched (S)); padding = the last key of batch 0 and
     the last two of batch 1; the float mask also adds finite values to the other keys."""
     torch.manual_seed(seed)
     S = T if S is None else S
     kd = E if kdim is None else kdim
     vd = E if vdim is None else vdim
-    mha = nn.MultiheadAttention(E, H, dropout=0.0, bias=bias, batch_first=True, kdim=kdim,
+    mha = nn.MultiheadAttention(E, H, dropout=0.0, bias=bias, batch_first=batch_first, kdim=kdim,
                                 vdim=vdim, add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn)
     randomize_(mha)
     lead = () if unbatched else (B,)
     nb = 1 if unbatched else B
+
+    def shape(L, F):
+        return (*lead, L, F) if batch_first else (L, *lead, F)
     if self_attn:
-        x = torch.randn(*lead, T, E, requires_grad=True)
+        x = torch.randn(*shape(T, E), requires_grad=True)
         query = key = value = x
         named_inputs = [("x", x)]
     else:
-        query = torch.randn(*lead, T, E, requires_grad=True)
-        key = torch.randn(*lead, S, kd, requires_grad=True)
-        value = torch.randn(*lead, S, vd, requires_grad=True)
+        query = torch.randn(*shape(T, E), requires_grad=True)
+        key = torch.randn(*shape(S, kd), requires_grad=True)
+        value = torch.randn(*shape(S, vd), requires_grad=True)
         named_inputs = [("query", query), ("key", key), ("value", value)]
     stored = []
     meta = {"kind": "mha", "embed_dim": E, "num_heads": H, "kdim": kd, "vdim": vd,
             "bias": int(bias), "self": int(self_attn), "is_causal": int(causal),
             "unbatched": int(unbatched), "add_bias_kv": int(add_bias_kv),
             "add_zero_attn": int(add_zero_attn), "kpm": kpm or "none"}
+    if not batch_first:
+        meta["batch_first"] = 0
     attn_mask = None
     if causal:
         attn_mask = torch.triu(torch.ones(T, S, dtype=torch.bool), diagonal=1)
@@ -488,6 +495,56 @@ def block_nobias_fixture(name, seed, B=2, T=4, E=8, H=2, hidden=16, gelu="none")
     return name, tensors, meta
 
 
+def embedding_padding_fixture(name, seed, num=6, dim=4, padding_idx=2):
+    """nn.Embedding(num, dim, padding_idx): row padding_idx is zero at construction (checked
+    before randomisation: ref.init_pad_row) and gets no gradient; indices use it twice."""
+    torch.manual_seed(seed)
+    emb = nn.Embedding(num, dim, padding_idx=padding_idx)
+    k = emb.padding_idx  # negative padding_idx stored as num + padding_idx
+    init_row = emb.weight[k].detach().clone()
+    with torch.no_grad():  # a non-zero padding row: the lookup still returns it
+        emb.weight.copy_(torch.randn(num, dim))
+    indices = torch.tensor([[0, k, 5, k], [1, 3, k, 4]])
+    out = emb(indices)
+    upstream = torch.randn_like(out)
+    tensors = [("indices", indices), ("ref.init_pad_row", init_row)]
+    tensors += [("param." + n, p) for n, p in emb.state_dict().items()]
+    tensors += [("upstream", upstream), ("output", out)]
+    tensors += grads_of((out * upstream).sum(), [], emb)
+    return name, tensors, {"kind": "embedding", "num_embeddings": num, "dim": dim,
+                           "padding_idx": padding_idx}
+
+
+def layer_norm_no_affine_fixture(name, seed, B=2, T=3, E=8, eps=1e-5):
+    """nn.LayerNorm(E, elementwise_affine=False): no parameters."""
+    torch.manual_seed(seed)
+    ln = nn.LayerNorm(E, eps=eps, elementwise_affine=False)
+    assert len(list(ln.parameters())) == 0
+    x = (1.5 * torch.randn(B, T, E) + 0.5).requires_grad_()
+    out = ln(x)
+    upstream = torch.randn_like(out)
+    tensors = [("x", x), ("upstream", upstream), ("output", out)]
+    tensors += grads_of((out * upstream).sum(), [("x", x)], ln)
+    return name, tensors, {"kind": "layer_norm_no_affine", "eps": fmt(eps)}
+
+
+def cross_entropy_class_axis1_fixture(name, seed, N=2, C=4, T=4, ignore_index=-100,
+                                      label_smoothing=0.0):
+    """F.cross_entropy on PyTorch's layout: logits (N, C, T), classes on axis 1, C == T (the
+    shape that class-last would misread silently)."""
+    torch.manual_seed(seed)
+    logits = (2.0 * torch.randn(N, C, T)).requires_grad_()
+    targets = torch.randint(0, C, (N, T), dtype=torch.int64)
+    targets[1, 2] = ignore_index
+    out = F.cross_entropy(logits, targets, ignore_index=ignore_index,
+                          label_smoothing=label_smoothing)
+    upstream = torch.randn(())
+    tensors = [("logits", logits), ("targets", targets), ("upstream", upstream), ("output", out)]
+    tensors += grads_of(out * upstream, [("logits", logits)], None)
+    return name, tensors, {"kind": "cross_entropy", "class_axis": 1, "ignore_index": ignore_index,
+                           "label_smoothing": fmt(label_smoothing)}
+
+
 def mha_api_fixtures():
     return [
         mha_api_fixture("unbatched_self", 21, unbatched=True, self_attn=True, T=5, mask="float2d"),
@@ -508,6 +565,15 @@ def mha_api_fixtures():
                         add_bias_kv=True, add_zero_attn=True, kpm="float"),
         block_nobias_fixture("block_no_bias", 31),
         block_nobias_fixture("block_no_bias_gelu_tanh", 32, gelu="tanh"),
+        mha_api_fixture("seq_first_cross", 33, T=3, S=5, kdim=5, vdim=3, mask="bool2d",
+                        kpm="bool", batch_first=False),
+        mha_api_fixture("seq_first_self_causal", 34, self_attn=True, T=4, causal=True,
+                        batch_first=False),
+        embedding_padding_fixture("embedding_padding_idx", 35),
+        embedding_padding_fixture("embedding_padding_idx_negative", 36, padding_idx=-1),
+        layer_norm_no_affine_fixture("layer_norm_no_affine", 37),
+        cross_entropy_class_axis1_fixture("cross_entropy_class_axis1", 38, ignore_index=3,
+                                          label_smoothing=0.1),
     ]
 
 
