@@ -248,8 +248,7 @@ inline bool resolve_resume(const CommonOptions& o, RunConfig& run) {
   const std::string ckpt = o.out + "/checkpoint.safetensors";
   std::error_code ec;
   if (!std::filesystem::exists(ckpt, ec) && !ec)
-    throw xgrad::IOError("--resume: no checkpoint in " + o.out + " to resume from (no " + ckpt +
-                         "); run without --resume first");
+    throw xgrad::IOError("--resume: no checkpoint in " + o.out + " to resume from; run without --resume first");
   const auto meta = xgrad::load_safetensors(ckpt).metadata;
   run.resolve(ckpt, meta);
   long step = 0;

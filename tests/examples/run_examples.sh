@@ -73,5 +73,5 @@ head -c 8 "$work/gradexp/grad_norms.png" | grep -q PNG
 if "$ex/reverse" --steps abc > "$work/bad.log" 2>&1; then echo "bad --steps accepted"; exit 1; fi
 grep -q -i "steps" "$work/bad.log"
 if "$ex/reverse" --resume --out "$work/nothing-here" > "$work/bad2.log" 2>&1; then echo "resume without checkpoint accepted"; exit 1; fi
-grep -q "no checkpoint in $work/nothing-here to resume from .*; run without --resume first" "$work/bad2.log" || { cat "$work/bad2.log"; exit 1; }
+grep -q "no checkpoint in $work/nothing-here to resume from; run without --resume first" "$work/bad2.log" || { cat "$work/bad2.log"; exit 1; }
 echo "examples: all short runs ok"

@@ -194,9 +194,9 @@ expect_fail "gradexp: --out is a regular file"           'regular_file|directory
 expect_fail "extend: --out is a regular file"            'regular_file|directory' -- "$ex/extend" --steps 1 --out "$work/regular_file"
 
 # --- --resume errors -------------------------------------------------------------------------------------
-expect_code 2 "reverse: --resume with no checkpoint" 'no checkpoint in .*/empty to resume from .*; run without --resume first' -- "$ex/reverse" --resume --no-plots --out "$work/empty"
-expect_code 2 "sort: --resume with no checkpoint" 'no checkpoint in .*/empty to resume from .*; run without --resume first' -- "$ex/sort" --resume --no-plots --out "$work/empty"
-expect_code 2 "gradexp: --resume with no checkpoint" 'no checkpoint in .*/empty to resume from .*; run without --resume first' -- "$ex/gradexp" --resume --no-plots --out "$work/empty"
+expect_code 2 "reverse: --resume with no checkpoint" 'no checkpoint in .*/empty to resume from; run without --resume first' -- "$ex/reverse" --resume --no-plots --out "$work/empty"
+expect_code 2 "sort: --resume with no checkpoint" 'no checkpoint in .*/empty to resume from; run without --resume first' -- "$ex/sort" --resume --no-plots --out "$work/empty"
+expect_code 2 "gradexp: --resume with no checkpoint" 'no checkpoint in .*/empty to resume from; run without --resume first' -- "$ex/gradexp" --resume --no-plots --out "$work/empty"
 expect_code 109 "extend: --resume (keeps no checkpoint)"  'not expected: --resume'  -- "$ex/extend" --resume --out "$work/empty"
 expect_fail "reverse: --resume, checkpoint is text"      'checkpoint\.safetensors' -- "$ex/reverse" --resume --no-plots --out "$work/garbage"
 expect_fail "reverse: --resume, checkpoint truncated"    'checkpoint\.safetensors' -- "$ex/reverse" --resume --no-plots --out "$work/truncated"
