@@ -490,6 +490,14 @@ inline std::string seconds_text(const TrainResult& r) {
   return buf;
 }
 
+// " (at step N)" when the last held-out evaluation is older than the run's last step, and
+// " (no evaluation yet)" before the first (a run stopped by --stop-after), else "".
+inline std::string evaluated_at(const TrainResult& r) {
+  if (r.accuracies.empty()) return r.steps > 0 ? " (no evaluation yet)" : "";
+  if (r.accuracies.back().first == r.steps) return "";
+  return " (at step " + std::to_string(r.accuracies.back().first) + ")";
+}
+
 // "wrote DIR/{metrics.json,...,checkpoint.safetensors} (checkpoint at step N)", and when
 // --stop-after ended the run early, how to continue it.
 inline std::string outputs_line(const std::string& dir, const std::vector<std::string>& pictures, const TrainResult& r) {

@@ -96,8 +96,8 @@ int main(int argc, char** argv) {
       return double(ok) / double(n);
     };
     auto result = examples::train(opt, run, opt.steps, 3e-3, model, optimizer, loss_at, accuracy);
-    std::cout << "trained " << result.steps << " steps: token accuracy " << 100 * result.accuracy << "%, "
-              << examples::seconds_text(result) << "\n";
+    std::cout << "trained " << result.steps << " steps: token accuracy " << 100 * result.accuracy << "%"
+              << examples::evaluated_at(result) << ", " << examples::seconds_text(result) << "\n";
 
     // Experiments in float64 on one fixed batch.
     model.to(DType::Float64);

@@ -21,6 +21,9 @@ for name in reverse sort; do
     resumed=$work/$name-resumed-$stop
     "$ex/$name" --steps 40 --eval-every 10 --batch 16 --out "$resumed" --no-plots --stop-after $stop > "$work/stop.log" 2>&1
     grep -q "checkpoint at step $stop); stopped by --stop-after" "$work/stop.log" || { echo "$name --stop-after $stop:"; cat "$work/stop.log"; exit 1; }
+    # The accuracy shown is the last evaluation's, and the line says from which step.
+    case $stop in 13) evaluated='% \(at step 10\) on' ;; 7) evaluated='% \(no evaluation yet\) on' ;; *) evaluated='[0-9]% on' ;; esac
+    grep -Eq "$evaluated" "$work/stop.log" || { echo "$name --stop-after $stop: no /$evaluated/ in:"; cat "$work/stop.log"; exit 1; }
     "$check" same "$work/$name-full/checkpoint.safetensors" "$resumed/checkpoint.safetensors" > /dev/null 2>&1 &&
       { echo "$name: the interrupted run already equals the full one"; exit 1; }
     if [ $stop = 13 ]; then
