@@ -213,12 +213,14 @@ inline void add_common_options(CLI::App& app, CommonOptions& o, RunConfig& run) 
   add_basic_options(app, o, &run);
   app.add_flag("--resume", o.resume,
                "continue the run stored in <out>/checkpoint.safetensors; options not given take "
-               "the stored values, a different --steps, --seed, model size, ... is refused; a finished run is left as it is");
+               "the stored values, a different --steps, --seed, model size, ... is refused; a finished "
+               "run is left as it is");
   run.add(app, "--eval-every", o.eval_every, "steps between held-out evaluations (and checkpoints)",
           whole_number(1, kMaxSteps));
   app.add_flag("--no-plots", o.no_plots, "skip the PNG pictures");
   app.add_option("--stop-after", o.stop_after,
-                 "stop after this many steps of this run, as if interrupted, with a checkpoint at that step (0 = never; to test --resume)")
+                 "stop after this many steps of this run, as if interrupted, with a checkpoint at that "
+                 "step (0 = never; to test --resume)")
       ->capture_default_str()
       ->transform(whole_number(0, kMaxSteps));
 }
@@ -474,7 +476,7 @@ struct TrainResult {
   long steps = 0;
   double accuracy = 0;          // held-out, at the last evaluation
   double seconds = 0;           // wall time of this run's training (this process)
-  double total_seconds = 0;     // training wall time of the whole run: earlier runs (from the checkpoint) + this one
+  double total_seconds = 0;     // of the whole run: earlier runs (from the checkpoint) + this one
   bool saved = false;           // this run wrote the checkpoint
   long checkpoint_step = 0;     // the step of the checkpoint this run wrote last
   bool stopped = false;         // this run ended at --stop-after before the run was finished
@@ -500,7 +502,8 @@ inline std::string evaluated_at(const TrainResult& r) {
 
 // "wrote DIR/{metrics.json,...,checkpoint.safetensors} (checkpoint at step N)", and when
 // --stop-after ended the run early, how to continue it.
-inline std::string outputs_line(const std::string& dir, const std::vector<std::string>& pictures, const TrainResult& r) {
+inline std::string outputs_line(const std::string& dir, const std::vector<std::string>& pictures,
+                                const TrainResult& r) {
   std::vector<std::string> files{"metrics.json"};
   files.insert(files.end(), pictures.begin(), pictures.end());
   if (r.saved) files.push_back("checkpoint.safetensors");

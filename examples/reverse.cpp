@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
         {"wall_time_seconds_this_run", result.seconds}};
     examples::write_metrics(opt.out + "/metrics.json", metrics);
     std::cout << "reverse: " << result.steps << " steps, held-out exact match " << 100 * result.accuracy
-              << "%" << examples::evaluated_at(result) << " on " << heldout_size << " sequences, " << examples::seconds_text(result) << "; "
+              << "%" << examples::evaluated_at(result) << " on " << heldout_size << " sequences, "
+              << examples::seconds_text(result) << "; "
               << examples::outputs_line(opt.out, plots.written(), result) << "\n";
     std::cout << "ran on: " << runtime_summary() << "\n";
     return plots.ok() ? 0 : 1;

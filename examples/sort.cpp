@@ -124,7 +124,8 @@ int main(int argc, char** argv) {
                           {"wall_time_seconds_total", result.total_seconds},
                           {"wall_time_seconds_this_run", result.seconds}});
     std::cout << "sort: " << result.steps << " steps, held-out exact match (greedy) " << 100 * result.accuracy
-              << "%" << examples::evaluated_at(result) << " on " << heldout_size << " sequences, " << examples::seconds_text(result) << "; "
+              << "%" << examples::evaluated_at(result) << " on " << heldout_size << " sequences, "
+              << examples::seconds_text(result) << "; "
               << examples::outputs_line(opt.out, plots.written(), result) << "\n";
     std::cout << "ran on: " << runtime_summary() << "\n";
     return plots.ok() ? 0 : 1;

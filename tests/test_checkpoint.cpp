@@ -278,7 +278,8 @@ BOOST_AUTO_TEST_CASE(reads_f16_and_bf16_bytes_exactly) {
 // of each ("f32.<tag>.<name>"): loading reproduces it bit for bit, and the half-precision
 // state_dict loads into MultiHeadAttention as is.
 BOOST_AUTO_TEST_CASE(reads_pytorch_half_precision_state_dicts) {
-  const SafetensorsFile file = load_safetensors(std::string(XGRAD_FIXTURE_DIR) + "/half/state_dict_f16_bf16.safetensors");
+  const SafetensorsFile file =
+      load_safetensors(std::string(XGRAD_FIXTURE_DIR) + "/half/state_dict_f16_bf16.safetensors");
   std::map<std::string, Tensor> by_name(file.tensors.begin(), file.tensors.end());
   std::size_t compared = 0;
   for (const char* tag : {"f16.", "bf16."}) {

@@ -88,7 +88,8 @@ int main(int argc, char** argv) {
     if (ev.size() < 2) return fail("fewer than two evaluations in metrics.json");
     const double first = ev.front().at("loss"), last = ev.back().at("loss");
     if (!(last < first)) return fail("loss did not decrease: " + std::to_string(first) + " -> " + std::to_string(last));
-    for (const char* key : {"config", "final_heldout_exact_match", "steps", "wall_time_seconds_total", "wall_time_seconds_this_run"})
+    for (const char* key :
+         {"config", "final_heldout_exact_match", "steps", "wall_time_seconds_total", "wall_time_seconds_this_run"})
       if (!m.contains(key)) return fail(std::string("metrics.json lacks ") + key);
     if (plots)
       for (const char* png : {"/loss.png", "/attention.png"})
