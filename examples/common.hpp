@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -120,10 +121,10 @@ class RunConfig {
     return j;
   }
 
-  // On --resume: reads the stored configuration from `ckpt`, takes the stored value of every
-  // option not given and refuses a given one that differs. Throws IOError naming the file.
-  void resolve(const std::string& ckpt) {
-    const auto meta = xgrad::load_safetensors(ckpt).metadata;
+  // On --resume: reads the stored configuration from the metadata `meta` of `ckpt`, takes the
+  // stored value of every option not given and refuses a given one that differs. Throws
+  // IOError naming the file.
+  void resolve(const std::string& ckpt, const std::map<std::string, std::string>& meta) {
     auto fail = [&](const std::string& msg) { throw xgrad::IOError("--resume: " + ckpt + ": " + msg); };
     auto ex = meta.find("example");
     if (ex == meta.end() || meta.find("run_config") == meta.end())
@@ -212,19 +213,55 @@ inline void add_common_options(CLI::App& app, CommonOptions& o, RunConfig& run) 
   add_basic_options(app, o, &run);
   app.add_flag("--resume", o.resume,
                "continue the run stored in <out>/checkpoint.safetensors; options not given take "
-               "the stored values, a different --steps, --seed, model size, ... is refused");
+               "the stored values, a different --steps, --seed, model size, ... is refused; a finished "
+               "run is left as it is");
   run.add(app, "--eval-every", o.eval_every, "steps between held-out evaluations (and checkpoints)",
           whole_number(1, kMaxSteps));
   app.add_flag("--no-plots", o.no_plots, "skip the PNG pictures");
   app.add_option("--stop-after", o.stop_after,
-                 "stop after this many steps of this run, as if interrupted (0 = never; to test --resume)")
+                 "stop after this many steps of this run, as if interrupted, with a checkpoint at that "
+                 "step (0 = never; to test --resume)")
       ->capture_default_str()
       ->transform(whole_number(0, kMaxSteps));
 }
 
-// After parsing: with --resume, the stored run's options (see RunConfig::resolve).
-inline void resolve_resume(const CommonOptions& o, RunConfig& run) {
-  if (o.resume) run.resolve(o.out + "/checkpoint.safetensors");
+// The step of a checkpoint's "step" metadata and the held-out accuracy of its last evaluation
+// (0 before the first). False when either is missing or malformed (train() then says what).
+inline bool stored_progress(const std::map<std::string, std::string>& meta, long& step, double& accuracy) {
+  auto s = meta.find("step"), h = meta.find("history");
+  if (s == meta.end() || h == meta.end()) return false;
+  try {
+    const nlohmann::json st = nlohmann::json::parse(s->second), hist = nlohmann::json::parse(h->second);
+    if (!st.is_number_integer() || !hist.is_array()) return false;
+    step = st.get<long>();
+    accuracy = hist.empty() ? 0.0 : hist.back().at("heldout_exact_match").get<double>();
+    return true;
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+}
+
+// After parsing, with --resume: refuses an --out without a checkpoint, takes the stored run's
+// options (RunConfig::resolve) and returns true when the stored run is already finished — its
+// checkpoint is at --steps, or it stopped early at 100% held-out accuracy. Then a line on
+// stdout says so and the caller exits 0 without touching any file.
+inline bool resolve_resume(const CommonOptions& o, RunConfig& run) {
+  if (!o.resume) return false;
+  const std::string ckpt = o.out + "/checkpoint.safetensors";
+  std::error_code ec;
+  if (!std::filesystem::exists(ckpt, ec) && !ec)
+    throw xgrad::IOError("--resume: no checkpoint in " + o.out + " to resume from; run without --resume first");
+  const auto meta = xgrad::load_safetensors(ckpt).metadata;
+  run.resolve(ckpt, meta);
+  long step = 0;
+  double accuracy = 0;
+  if (!stored_progress(meta, step, accuracy) || (step < o.steps && accuracy < 1.0)) return false;
+  std::cout << run.example() << ": the run in " << o.out << " is already finished ("
+            << (step >= o.steps ? "step " + std::to_string(step) + " of --steps " + std::to_string(o.steps)
+                                : "stopped early at step " + std::to_string(step) + " of " + std::to_string(o.steps) +
+                                      " with 100% held-out accuracy")
+            << "); nothing to do, nothing changed\n";
+  return true;
 }
 
 // One line on stderr, redrawn in place on a terminal, printed every `every` steps otherwise.
@@ -438,20 +475,56 @@ namespace examples {
 struct TrainResult {
   long steps = 0;
   double accuracy = 0;          // held-out, at the last evaluation
-  double seconds = 0;           // wall time of this run's training
+  double seconds = 0;           // wall time of this run's training (this process)
+  double total_seconds = 0;     // of the whole run: earlier runs (from the checkpoint) + this one
   bool saved = false;           // this run wrote the checkpoint
+  long checkpoint_step = 0;     // the step of the checkpoint this run wrote last
+  bool stopped = false;         // this run ended at --stop-after before the run was finished
   nlohmann::json history = nlohmann::json::array();  // {step, loss, heldout_exact_match} per evaluation
   std::vector<std::pair<long, double>> curve;        // (step, training loss) for every step since step 1
   std::vector<std::pair<long, double>> accuracies;   // per evaluation
 };
 
+// "12.3 s training in total, 4.5 s in this run" (the total includes the runs before a --resume).
+inline std::string seconds_text(const TrainResult& r) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%.3g s training in total, %.3g s in this run", r.total_seconds, r.seconds);
+  return buf;
+}
+
+// " (at step N)" when the last held-out evaluation is older than the run's last step, and
+// " (no evaluation yet)" before the first (a run stopped by --stop-after), else "".
+inline std::string evaluated_at(const TrainResult& r) {
+  if (r.accuracies.empty()) return r.steps > 0 ? " (no evaluation yet)" : "";
+  if (r.accuracies.back().first == r.steps) return "";
+  return " (at step " + std::to_string(r.accuracies.back().first) + ")";
+}
+
+// "wrote DIR/{metrics.json,...,checkpoint.safetensors} (checkpoint at step N)", and when
+// --stop-after ended the run early, how to continue it.
+inline std::string outputs_line(const std::string& dir, const std::vector<std::string>& pictures,
+                                const TrainResult& r) {
+  std::vector<std::string> files{"metrics.json"};
+  files.insert(files.end(), pictures.begin(), pictures.end());
+  if (r.saved) files.push_back("checkpoint.safetensors");
+  std::string s = wrote_line(dir, files);
+  if (r.saved) s += " (checkpoint at step " + std::to_string(r.checkpoint_step) + ")";
+  if (r.stopped) s += "; stopped by --stop-after: continue with --resume --out " + dir;
+  return s;
+}
+
 // The training loop shared by the examples: AdamW with warmup + cosine learning rate,
 // gradient clipping at 1, evaluation and an atomic checkpoint every opt.eval_every steps,
 // early stop at 100% held-out accuracy, and --resume from <out>/checkpoint.safetensors.
+// When --stop-after ends the run before it is finished, a checkpoint is also written at the
+// step where it stopped, so --resume loses no step.
 // loss_at(step) must depend only on the step (so a resumed run sees the same data).
 // The checkpoint's metadata holds the run's configuration (run.to_json(), checked by
-// resolve_resume before the model is built), the evaluation history and the loss of every
-// step, so a resumed run's curve and metrics are those of the uninterrupted run.
+// resolve_resume before the model is built), the evaluation history, the loss of every
+// step and the training wall time so far ("train_seconds", summed over the runs), so a
+// resumed run's curve and metrics are those of the uninterrupted run: an evaluation's
+// "loss" (the mean training loss since the previous evaluation) is summed again from the
+// stored per-step losses, in the same order.
 inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long total, double peak_lr,
                          xgrad::Module& model, xgrad::Optimizer& optimizer,
                          const std::function<xgrad::Tensor(long)>& loss_at, const std::function<double()>& evaluate) {
@@ -460,18 +533,28 @@ inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long to
   const long warmup = std::min<long>(100, total / 10);
   TrainResult r;
   nlohmann::json losses = nlohmann::json::array();  // training loss of steps 1, 2, ...
+  double earlier_seconds = 0;                       // training wall time of the earlier runs
+  double running = 0;                               // sum of the training losses since the last evaluation
+  long since = 0;                                   // steps since the last evaluation
   if (opt.resume) {
     load_checkpoint(ckpt, model, &optimizer);
     const auto meta = load_safetensors(ckpt).metadata;
-    for (const char* key : {"history", "losses"}) {
+    for (const char* key : {"history", "losses", "train_seconds"}) {
       auto it = meta.find(key);
       if (it == meta.end())
-        throw IOError("resume: " + ckpt + " has no '" + key + "' metadata (not written by this example)");
+        throw IOError("resume: " + ckpt + " has no '" + key + "' metadata (not written by this version of " +
+                      run.example() + ")");
       nlohmann::json j;
       try {
         j = nlohmann::json::parse(it->second);
       } catch (const nlohmann::json::exception&) {
         throw IOError("resume: the '" + std::string(key) + "' metadata of " + ckpt + " is not valid JSON");
+      }
+      if (std::string(key) == "train_seconds") {
+        if (!j.is_number() || !(j.get<double>() >= 0) || !std::isfinite(j.get<double>()))
+          throw IOError("resume: the 'train_seconds' metadata of " + ckpt + " is not a number of seconds >= 0");
+        earlier_seconds = j.get<double>();
+        continue;
       }
       if (!j.is_array()) throw IOError("resume: the '" + std::string(key) + "' metadata of " + ckpt + " is not a list");
       (std::string(key) == "history" ? r.history : losses) = std::move(j);
@@ -485,15 +568,31 @@ inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long to
     } catch (const nlohmann::json::exception&) {
       throw IOError("resume: an entry of the 'history' metadata of " + ckpt + " lacks 'step' or 'heldout_exact_match'");
     }
-    for (std::size_t i = 0; i < losses.size(); ++i) r.curve.emplace_back(long(i) + 1, losses[i].get<double>());
+    const long last_eval = r.accuracies.empty() ? 0 : r.accuracies.back().first;
+    if (last_eval < 0 || last_eval > optimizer.steps())
+      throw IOError("resume: the last evaluation of " + ckpt + " is at step " + std::to_string(last_eval) +
+                    ", not within the checkpoint's " + std::to_string(optimizer.steps()) + " steps");
+    for (std::size_t i = 0; i < losses.size(); ++i) {
+      const double l = losses[i].get<double>();
+      r.curve.emplace_back(long(i) + 1, l);
+      if (long(i) >= last_eval) running += l, ++since;
+    }
     std::cerr << "resumed from " << ckpt << " at step " << optimizer.steps() << "\n";
   }
   r.accuracy = r.accuracies.empty() ? 0.0 : r.accuracies.back().second;
   r.steps = optimizer.steps();
   const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&t0] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto save = [&] {
+    save_checkpoint(ckpt, model, &optimizer,
+                    {{"step", std::to_string(r.steps)}, {"seed", std::to_string(opt.seed)},
+                     {"example", run.example()}, {"run_config", run.to_json().dump()},
+                     {"history", r.history.dump()}, {"losses", losses.dump()},
+                     {"train_seconds", nlohmann::json(earlier_seconds + elapsed()).dump()}});
+    r.saved = true;
+    r.checkpoint_step = r.steps;
+  };
   Progress progress(r.steps, total);
-  double running = 0;
-  long since = 0;
   const long start = r.steps;
   while (r.steps < total && r.accuracy < 1.0 && (opt.stop_after == 0 || r.steps - start < opt.stop_after)) {
     optimizer.lr = warmup_cosine_lr(r.steps, peak_lr, warmup, total, peak_lr * 0.05);
@@ -511,16 +610,16 @@ inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long to
       r.history.push_back({{"step", r.steps}, {"loss", running / double(since)}, {"heldout_exact_match", r.accuracy}});
       r.accuracies.emplace_back(r.steps, r.accuracy);
       running = 0, since = 0;
-      save_checkpoint(ckpt, model, &optimizer,
-                      {{"step", std::to_string(r.steps)}, {"seed", std::to_string(opt.seed)},
-                       {"example", run.example()}, {"run_config", run.to_json().dump()},
-                       {"history", r.history.dump()}, {"losses", losses.dump()}});
-      r.saved = true;
+      save();
     }
     progress.update(r.steps, loss.item(), r.accuracy);
   }
   progress.done();
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Only --stop-after ends the loop between evaluations (--steps and 100% accuracy end it at one).
+  r.stopped = r.steps < total && r.accuracy < 1.0;
+  if (r.steps > start && r.checkpoint_step != r.steps) save();
+  r.seconds = elapsed();
+  r.total_seconds = earlier_seconds + r.seconds;
   return r;
 }
 

@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
       ->transform(examples::whole_number(1, 100000));
   CLI11_PARSE(app, argc, argv);
   try {
-    examples::resolve_resume(opt, run);
+    if (examples::resolve_resume(opt, run)) return 0;
     examples::setup_runtime(opt);
     std::filesystem::create_directories(opt.out);
     const std::int64_t V = 8;
@@ -96,7 +96,8 @@ int main(int argc, char** argv) {
       return double(ok) / double(n);
     };
     auto result = examples::train(opt, run, opt.steps, 3e-3, model, optimizer, loss_at, accuracy);
-    std::cout << "trained " << result.steps << " steps: token accuracy " << 100 * result.accuracy << "%\n";
+    std::cout << "trained " << result.steps << " steps: token accuracy " << 100 * result.accuracy << "%"
+              << examples::evaluated_at(result) << ", " << examples::seconds_text(result) << "\n";
 
     // Experiments in float64 on one fixed batch.
     model.to(DType::Float64);
@@ -166,7 +167,8 @@ int main(int argc, char** argv) {
                          {{"example", "gradexp"}, {"steps", result.steps}, {"token_accuracy", result.accuracy},
                           {"layer_grad_norms", norms}, {"hvp_relative_fd_difference", rel},
                           {"top_eigenvalue", lambda}, {"power_iteration_trace", trace},
-                          {"wall_time_seconds", result.seconds}});
+                          {"wall_time_seconds_total", result.total_seconds},
+                          {"wall_time_seconds_this_run", result.seconds}});
     examples::Plots plots(!opt.no_plots);
     {
       const std::string png = opt.out + "/grad_norms.png";
@@ -178,10 +180,7 @@ int main(int argc, char** argv) {
       s += "e\n";
       plots.draw(png, s);
     }
-    std::vector<std::string> files{"metrics.json"};
-    files.insert(files.end(), plots.written().begin(), plots.written().end());
-    if (result.saved) files.push_back("checkpoint.safetensors");
-    std::cout << examples::wrote_line(opt.out, files) << "\n";
+    std::cout << examples::outputs_line(opt.out, plots.written(), result) << "\n";
     std::cout << "ran on: " << runtime_summary() << "\n";
     return rel < 1e-4 && plots.ok() ? 0 : 1;
   } catch (const std::exception& e) {

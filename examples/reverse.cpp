@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    examples::resolve_resume(opt, run);
+    if (examples::resolve_resume(opt, run)) return 0;
     if (cfg.embed_dim % cfg.num_heads != 0)
       throw ValueError("--dim " + std::to_string(cfg.embed_dim) + " is not a multiple of --heads " +
                        std::to_string(cfg.num_heads));
@@ -128,14 +128,13 @@ int main(int argc, char** argv) {
         {"final_heldout_exact_match", result.accuracy},
         {"heldout_size", heldout_size},
         {"steps", result.steps},
-        {"wall_time_seconds", result.seconds}};
+        {"wall_time_seconds_total", result.total_seconds},
+        {"wall_time_seconds_this_run", result.seconds}};
     examples::write_metrics(opt.out + "/metrics.json", metrics);
-    std::vector<std::string> files{"metrics.json"};
-    files.insert(files.end(), plots.written().begin(), plots.written().end());
-    if (result.saved) files.push_back("checkpoint.safetensors");
     std::cout << "reverse: " << result.steps << " steps, held-out exact match " << 100 * result.accuracy
-              << "% on " << heldout_size << " sequences, " << result.seconds << " s; "
-              << examples::wrote_line(opt.out, files) << "\n";
+              << "%" << examples::evaluated_at(result) << " on " << heldout_size << " sequences, "
+              << examples::seconds_text(result) << "; "
+              << examples::outputs_line(opt.out, plots.written(), result) << "\n";
     std::cout << "ran on: " << runtime_summary() << "\n";
     return plots.ok() ? 0 : 1;
   } catch (const std::exception& e) {

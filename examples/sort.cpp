@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    examples::resolve_resume(opt, run);
+    if (examples::resolve_resume(opt, run)) return 0;
     examples::setup_runtime(opt);
     std::filesystem::create_directories(opt.out);
     cfg.vocab_size = std::size_t(task.digits), cfg.max_len = 2 * task.n, cfg.seed = opt.seed;
@@ -121,13 +121,12 @@ int main(int argc, char** argv) {
                           {"final_heldout_exact_match", result.accuracy},
                           {"heldout_size", heldout_size},
                           {"steps", result.steps},
-                          {"wall_time_seconds", result.seconds}});
-    std::vector<std::string> files{"metrics.json"};
-    files.insert(files.end(), plots.written().begin(), plots.written().end());
-    if (result.saved) files.push_back("checkpoint.safetensors");
+                          {"wall_time_seconds_total", result.total_seconds},
+                          {"wall_time_seconds_this_run", result.seconds}});
     std::cout << "sort: " << result.steps << " steps, held-out exact match (greedy) " << 100 * result.accuracy
-              << "% on " << heldout_size << " sequences, " << result.seconds << " s; "
-              << examples::wrote_line(opt.out, files) << "\n";
+              << "%" << examples::evaluated_at(result) << " on " << heldout_size << " sequences, "
+              << examples::seconds_text(result) << "; "
+              << examples::outputs_line(opt.out, plots.written(), result) << "\n";
     std::cout << "ran on: " << runtime_summary() << "\n";
     return plots.ok() ? 0 : 1;
   } catch (const std::exception& e) {

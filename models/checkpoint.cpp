@@ -48,14 +48,42 @@ const char* st_dtype(DType d) {
   return "?";
 }
 
-bool parse_st_dtype(const std::string& s, DType& out) {
+// The 2-byte float dtypes of a file, read as Float32: F16 (IEEE 754 binary16: 1 sign, 5
+// exponent, 10 mantissa bits) and BF16 (bfloat16: the top 16 bits of a float32).
+enum class Half { None, F16, BF16 };
+
+bool parse_st_dtype(const std::string& s, DType& out, Half& half) {
+  half = Half::None;
   if (s == "F32") out = DType::Float32;
   else if (s == "F64") out = DType::Float64;
   else if (s == "BOOL") out = DType::Bool;
   else if (s == "I64") out = DType::Int64;
+  else if (s == "F16") out = DType::Float32, half = Half::F16;
+  else if (s == "BF16") out = DType::Float32, half = Half::BF16;
   else return false;
   return true;
 }
+
+// The float32 bits of the same value as F16 bits h. Exact: float32 has more exponent range
+// (subnormal F16, m * 2^-24, become normal float32) and more mantissa bits. Keeps the sign of
+// 0, inf and NaN; a NaN keeps its payload (mantissa << 13) and comes out quiet (bit 22 set),
+// as in PyTorch's conversion.
+std::uint32_t f16_to_f32_bits(std::uint16_t h) {
+  const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1fu;
+  std::uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1f) return sign | 0x7f800000u | (mant != 0 ? 0x00400000u | (mant << 13) : 0u);
+  if (exp != 0) return sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  if (mant == 0) return sign;
+  // Subnormal m * 2^-24: shift m until its leading 1 reaches bit 10 (the implicit bit), one
+  // exponent step per shift from 2^-14's biased float32 exponent 113.
+  std::uint32_t e = 127 - 14;
+  while ((mant & 0x400u) == 0) mant <<= 1, --e;
+  return sign | (e << 23) | ((mant & 0x3ffu) << 13);
+}
+
+// BF16 bits are the top half of the float32 bits of the same value (NaN payloads included).
+std::uint32_t bf16_to_f32_bits(std::uint16_t h) { return std::uint32_t(h) << 16; }
 
 std::string quoted_list(const std::vector<std::string>& names) {
   std::string s;
@@ -196,6 +224,7 @@ struct Entry {
   Shape shape;
   std::uint64_t begin, end;
   std::size_t order;  // position in the header
+  Half half;          // F16 / BF16 in the file (dtype Float32 in memory), else None
 };
 
 std::uint64_t get_unsigned(const Reader& r, const json& v, const std::string& where) {
@@ -210,13 +239,13 @@ Entry parse_entry(const Reader& r, const std::string& name, const json& v, std::
                   std::uint64_t data_size) {
   const std::string where = "tensor '" + name + "'";
   if (!v.is_object()) r.fail(where + ": entry is not a JSON object");
-  Entry e{name, DType::Float32, {}, 0, 0, order};
+  Entry e{name, DType::Float32, {}, 0, 0, order, Half::None};
 
   auto dt = v.find("dtype");
   if (dt == v.end()) r.fail(where + ": missing field 'dtype'");
   if (!dt->is_string()) r.fail(where + ": field 'dtype' must be a string, got " + brief(*dt));
-  if (!parse_st_dtype(dt->get<std::string>(), e.dtype))
-    r.fail(where + ": unsupported dtype " + dt->dump() + " (supported: F32, F64, BOOL, I64)");
+  if (!parse_st_dtype(dt->get<std::string>(), e.dtype, e.half))
+    r.fail(where + ": unsupported dtype " + brief(*dt) + " (supported: F32, F64, F16, BF16, BOOL, I64)");
 
   auto sh = v.find("shape");
   if (sh == v.end()) r.fail(where + ": missing field 'shape'");
@@ -233,7 +262,8 @@ Entry parse_entry(const Reader& r, const std::string& name, const json& v, std::
     overflow = false;
   }
   std::uint64_t nbytes = 0;
-  overflow = overflow || __builtin_mul_overflow(n, std::uint64_t(itemsize(e.dtype)), &nbytes);
+  const std::uint64_t file_itemsize = e.half != Half::None ? 2 : std::uint64_t(itemsize(e.dtype));
+  overflow = overflow || __builtin_mul_overflow(n, file_itemsize, &nbytes);
 
   auto off = v.find("data_offsets");
   if (off == v.end()) r.fail(where + ": missing field 'data_offsets'");
@@ -257,6 +287,18 @@ Entry parse_entry(const Reader& r, const std::string& name, const json& v, std::
 template <class T> Tensor read_tensor(const Reader& r, const Entry& e, std::uint64_t base) {
   auto a = empty_array<T>(e.shape);
   r.read(base + e.begin, a.data(), e.end - e.begin, "tensor '" + e.name + "'");
+  return make_tensor(std::move(a));
+}
+
+// An F16 / BF16 tensor, converted exactly to Float32.
+Tensor read_half_tensor(const Reader& r, const Entry& e, std::uint64_t base) {
+  std::vector<std::uint16_t> bits(std::size_t((e.end - e.begin) / 2));
+  r.read(base + e.begin, bits.data(), e.end - e.begin, "tensor '" + e.name + "'");
+  auto a = empty_array<float>(e.shape);
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    const std::uint32_t f = e.half == Half::F16 ? f16_to_f32_bits(bits[i]) : bf16_to_f32_bits(bits[i]);
+    std::memcpy(a.data() + i, &f, sizeof f);
+  }
   return make_tensor(std::move(a));
 }
 
@@ -441,7 +483,10 @@ SafetensorsFile load_safetensors(const std::string& path, const SafetensorsLimit
 
   for (const Entry& e : entries) {
     switch (e.dtype) {
-      case DType::Float32: out.tensors.emplace_back(e.name, read_tensor<float>(r, e, base)); break;
+      case DType::Float32:
+        out.tensors.emplace_back(e.name, e.half != Half::None ? read_half_tensor(r, e, base)
+                                                              : read_tensor<float>(r, e, base));
+        break;
       case DType::Float64: out.tensors.emplace_back(e.name, read_tensor<double>(r, e, base)); break;
       case DType::Int64:
         out.tensors.emplace_back(e.name, read_tensor<std::int64_t>(r, e, base));

@@ -5,7 +5,11 @@
 //    "__metadata__": {"key": "value", ...}}
 // (padded with spaces to a multiple of 8), then the raw little-endian row-major tensor
 // bytes; offsets are relative to the first byte after the header. dtypes: F32, F64,
-// BOOL (one byte, 0 or 1), I64.
+// BOOL (one byte, 0 or 1), I64; reading also accepts F16 (IEEE binary16) and BF16
+// (bfloat16), as PyTorch saves half-precision state_dicts, converted exactly to Float32
+// (every F16 and BF16 value is a float32 value: subnormals, +-0, +-inf and NaN included; a
+// NaN keeps its sign and payload, F16 NaNs come out quiet as in PyTorch). Writing stores
+// F32, F64, BOOL and I64 only, so a half-precision file saved again becomes F32.
 //
 // Writes are atomic: the file is written to a temporary file in the same directory,
 // flushed and fsync'ed, then renamed over the target, so a failed save leaves the previous
@@ -32,10 +36,11 @@ struct SafetensorsFile {
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
-// Reads a safetensors file. Any problem (unreadable file, bad header length, malformed
-// JSON, unknown dtype, bad shape, offsets out of range / not matching the shape /
-// overlapping / leaving holes, BOOL bytes other than 0 and 1, ...) throws IOError naming
-// the file and the tensor or field. Never reads out of bounds.
+// Reads a safetensors file (F16 and BF16 tensors become Float32, see above). Any problem
+// (unreadable file, bad header length, malformed JSON, unknown dtype, bad shape, offsets
+// out of range / not matching the shape / overlapping / leaving holes, BOOL bytes other
+// than 0 and 1, ...) throws IOError naming the file and the tensor or field. Never reads
+// out of bounds.
 //
 // Untrusted files are safe to load: the loader runs no code, reads only regular files (a
 // FIFO, device or directory is refused before any read, so nothing blocks), refuses a path

@@ -524,11 +524,11 @@ BOOST_AUTO_TEST_CASE(table) {
       {"bad_json", "not valid JSON"}, ck_state);
   push("load_checkpoint: header is a JSON array", load_into(variant("array", st_file("[1, 2]  ", "")), true),
       "IOError", {"array", "not a JSON object"}, ck_state);
-  push("load_checkpoint: unknown dtype F16",
-      load_into(variant("f16", st_file(R"({"w":{"dtype":"F16","shape":[2,3],"data_offsets":[0,12]}})",
+  push("load_checkpoint: unknown dtype F8_E4M3",
+      load_into(variant("f8", st_file(R"({"w":{"dtype":"F8_E4M3","shape":[2,3],"data_offsets":[0,12]}})",
                                        std::string(12, '\0'))),
                 true),
-      "IOError", {"f16", "'w'", "unsupported dtype", "F16"}, ck_state);
+      "IOError", {"f8", "'w'", "unsupported dtype", "F8_E4M3"}, ck_state);
   push("load_checkpoint: offsets beyond the data",
       load_into(variant("offsets", st_file(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}})",
                                            std::string(12, '\0'))),

@@ -12,12 +12,14 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <memory>
 
 #include "helpers.hpp"
 #include "xgrad/framework/array.hpp"
 #include "xgrad/framework/errors.hpp"
 #include "xgrad/framework/tensor.hpp"
+#include "xgrad/models/attention.hpp"
 #include "xgrad/models/checkpoint.hpp"
 #include "xgrad/models/module.hpp"
 #include "xgrad/models/optim.hpp"
@@ -217,6 +219,90 @@ BOOST_AUTO_TEST_CASE(reads_hand_written_files) {
   BOOST_TEST(f.metadata.at("k") == "v");
 }
 
+// F16 / BF16 bits written by hand, with the float32 values derived from the formats:
+// F16 = (-1)^s 2^(e-15) (1 + m/2^10), subnormal (-1)^s 2^-14 (m/2^10); BF16 = the top 16
+// bits of a float32.
+BOOST_AUTO_TEST_CASE(reads_f16_and_bf16_bytes_exactly) {
+  TmpDir dir;
+  const std::string path = dir / "half.safetensors";
+  const std::vector<std::uint16_t> f16 = {0x0001, 0x8001, 0x03ff, 0x0400, 0x3c00, 0x3555, 0x7bff, 0xfbff,
+                                          0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfe00};
+  const std::vector<std::uint16_t> bf16 = {0x0001, 0x8001, 0x007f, 0x0080, 0x3f80, 0x3eab, 0x7f7f, 0xff7f,
+                                           0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x7f81, 0xffc0};
+  test::write_bytes(path, st_file(R"({"h":{"dtype":"F16","shape":[3,5],"data_offsets":[0,30]},)"
+                                  R"("b":{"dtype":"BF16","shape":[15],"data_offsets":[30,60]},)"
+                                  R"("e":{"dtype":"F16","shape":[0,4],"data_offsets":[60,60]}})",
+                                  bytes_of(f16) + bytes_of(bf16)));
+  const SafetensorsFile file = load_safetensors(path);
+  BOOST_REQUIRE(file.tensors.size() == 3u);
+  const Tensor& h = file.tensors[0].second;
+  const Tensor& b = file.tensors[1].second;
+  const Tensor& e = file.tensors[2].second;
+  BOOST_TEST(h.dtype() == DType::Float32);
+  BOOST_TEST(b.dtype() == DType::Float32);
+  BOOST_TEST(e.dtype() == DType::Float32);
+  BOOST_TEST((h.shape() == Shape{3, 5}));
+  BOOST_TEST((e.shape() == Shape{0, 4}));
+  const float inf = std::numeric_limits<float>::infinity();
+  // The finite values and infinities, in the order written.
+  const std::vector<float> f16_values = {std::ldexp(1.0f, -24), -std::ldexp(1.0f, -24), std::ldexp(1023.0f, -24),
+                                         std::ldexp(1.0f, -14), 1.0f, 1365.0f / 4096.0f, 65504.0f, -65504.0f,
+                                         0.0f, -0.0f, inf, -inf};
+  const std::vector<float> bf16_values = {std::ldexp(1.0f, -133), -std::ldexp(1.0f, -133), std::ldexp(127.0f, -133),
+                                          std::ldexp(1.0f, -126), 1.0f, 171.0f / 512.0f, std::ldexp(255.0f, 120),
+                                          -std::ldexp(255.0f, 120), 0.0f, -0.0f, inf, -inf};
+  auto bits = [](const Tensor& t, std::size_t i) {
+    std::uint32_t u;
+    std::memcpy(&u, t.data<float>() + i, sizeof u);
+    return u;
+  };
+  for (std::size_t i = 0; i < f16_values.size(); ++i) {
+    BOOST_TEST(h.data<float>()[i] == f16_values[i], "F16 element " << i);
+    BOOST_TEST(std::signbit(h.data<float>()[i]) == std::signbit(f16_values[i]), "F16 element " << i);
+    BOOST_TEST(b.data<float>()[i] == bf16_values[i], "BF16 element " << i);
+    BOOST_TEST(std::signbit(b.data<float>()[i]) == std::signbit(bf16_values[i]), "BF16 element " << i);
+  }
+  // NaNs keep sign and payload; F16's come out quiet (PyTorch's conversion), BF16's unchanged.
+  BOOST_TEST(bits(h, 12) == 0x7fc00000u);
+  BOOST_TEST(bits(h, 13) == 0x7fc02000u);
+  BOOST_TEST(bits(h, 14) == 0xffc00000u);
+  BOOST_TEST(bits(b, 12) == 0x7fc00000u);
+  BOOST_TEST(bits(b, 13) == 0x7f810000u);
+  BOOST_TEST(bits(b, 14) == 0xffc00000u);
+  for (std::size_t i = 12; i < 15; ++i) BOOST_TEST((std::isnan(h.data<float>()[i]) && std::isnan(b.data<float>()[i])));
+}
+
+// tools/make_fixtures.py: an nn.MultiheadAttention state_dict saved by PyTorch in float16
+// ("f16.<name>") and bfloat16 ("bf16.<name>"), tensors of special values ("<tag>.special":
+// subnormals, +-0, +-inf, NaNs with payloads, the extremes), and PyTorch's float32 conversion
+// of each ("f32.<tag>.<name>"): loading reproduces it bit for bit, and the half-precision
+// state_dict loads into MultiHeadAttention as is.
+BOOST_AUTO_TEST_CASE(reads_pytorch_half_precision_state_dicts) {
+  const SafetensorsFile file =
+      load_safetensors(std::string(XGRAD_FIXTURE_DIR) + "/half/state_dict_f16_bf16.safetensors");
+  std::map<std::string, Tensor> by_name(file.tensors.begin(), file.tensors.end());
+  std::size_t compared = 0;
+  for (const char* tag : {"f16.", "bf16."}) {
+    NamedTensors state;
+    for (const auto& [name, t] : file.tensors) {
+      if (name.rfind(tag, 0) != 0) continue;
+      BOOST_TEST_CONTEXT(name) {
+        BOOST_TEST(t.dtype() == DType::Float32);
+        BOOST_TEST_REQUIRE(by_name.count("f32." + name));
+        BOOST_TEST(same_bits(t, by_name.at("f32." + name)));
+      }
+      ++compared;
+      if (name != tag + std::string("special")) state.emplace_back(name.substr(std::strlen(tag)), t);
+    }
+    Rng rng(0);
+    MultiHeadAttention mha(MultiHeadAttentionOptions(8, 2), rng);
+    mha.load_parameters(state);
+    for (const auto& [name, t] : mha.named_parameters())
+      BOOST_TEST(same_bits(t, by_name.at(std::string("f32.") + tag + name)), tag << name);
+  }
+  BOOST_TEST(compared == 10u);
+}
+
 BOOST_AUTO_TEST_CASE(save_rejects_bad_arguments_before_touching_the_file) {
   TmpDir dir;
   const std::string path = dir / "a.safetensors";
@@ -317,8 +403,12 @@ BOOST_AUTO_TEST_CASE(every_bad_file_throws_io_error_and_changes_nothing) {
       {"header not an object", st_file("[1,2,3]", kTinyData), {"not a JSON object"}},
       {"header is a string", st_file(R"("w")", kTinyData), {"not a JSON object"}},
       {"entry not an object", st_file(hdr(kW + R"(,"b":[16,24])"), kTinyData), {"'b'", "not a JSON object"}},
-      {"unknown dtype", st_file(hdr(R"("w":{"dtype":"F16","shape":[2,2],"data_offsets":[0,16]},)" + kB), kTinyData),
-       {"'w'", "unsupported dtype \"F16\""}},
+      {"unknown dtype", st_file(hdr(R"("w":{"dtype":"F8_E5M2","shape":[2,2],"data_offsets":[0,16]},)" + kB), kTinyData),
+       {"'w'", "unsupported dtype \"F8_E5M2\" (supported: F32, F64, F16, BF16, BOOL, I64)"}},
+      {"F16 offsets sized for F32", st_file(hdr(R"("w":{"dtype":"F16","shape":[2,2],"data_offsets":[0,16]},)" + kB), kTinyData),
+       {"'w'", "span 16 bytes", "shape (2, 2) of F16 needs 8"}},
+      {"BF16 offsets sized for F32", st_file(hdr(kW + R"(,"b":{"dtype":"BF16","shape":[2],"data_offsets":[16,24]})"), kTinyData),
+       {"'b'", "span 8 bytes", "shape (2) of BF16 needs 4"}},
       {"dtype not a string", st_file(hdr(R"("w":{"dtype":4,"shape":[2,2],"data_offsets":[0,16]},)" + kB), kTinyData),
        {"'w'", "'dtype'"}},
       {"missing dtype", st_file(hdr(R"("w":{"shape":[2,2],"data_offsets":[0,16]},)" + kB), kTinyData),

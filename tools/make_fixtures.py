@@ -37,7 +37,8 @@ import torch.nn.functional as F
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
 
 DTYPES = {torch.float32: ("F32", "<f4"), torch.float64: ("F64", "<f8"), torch.bool: ("BOOL", "?"),
-          torch.int64: ("I64", "<i8")}
+          torch.int64: ("I64", "<i8"), torch.float16: ("F16", "<f2"),
+          torch.bfloat16: ("BF16", "<i2")}  # numpy has no bfloat16: its 16 bits as int16
 
 
 def write_safetensors(path, tensors, metadata):
@@ -48,6 +49,8 @@ def write_safetensors(path, tensors, metadata):
     for name, t in tensors:
         t = t.detach().contiguous()
         code, np_dtype = DTYPES[t.dtype]
+        if t.dtype == torch.bfloat16:
+            t = t.view(torch.int16)
         data = t.numpy().astype(np_dtype).tobytes()
         header[name] = {"dtype": code, "shape": list(t.shape),
                         "data_offsets": [offset, offset + len(data)]}
@@ -348,6 +351,12 @@ def main():
                                                      torch_version=torch.__version__.split("+")[0]))
         print("%-40s %6d bytes  %d tensors" % ("mha_api/" + name + ".safetensors", size,
                                                 len(tensors)))
+    os.makedirs(HALF_DIR, exist_ok=True)
+    name, tensors, meta = half_state_dict_fixture("state_dict_f16_bf16", 41)
+    path = os.path.join(HALF_DIR, name + ".safetensors")
+    size = write_safetensors(path, tensors, dict(meta, fixture=name,
+                                                 torch_version=torch.__version__.split("+")[0]))
+    print("%-40s %6d bytes  %d tensors" % ("half/" + name + ".safetensors", size, len(tensors)))
 
 
 # --- nn.MultiheadAttention API parity (tests/test_mha_api.cpp) --------------------------
@@ -575,6 +584,42 @@ def mha_api_fixtures():
         cross_entropy_class_axis1_fixture("cross_entropy_class_axis1", 38, ignore_index=3,
                                           label_smoothing=0.1),
     ]
+
+
+# --- half-precision state_dicts (tests/test_checkpoint.cpp) -----------------------------
+# Written to tests/fixtures/half/<name>.safetensors (a subdirectory, as mha_api).
+
+HALF_DIR = os.path.join(OUT_DIR, "half")
+
+
+def half_state_dict_fixture(name, seed, E=8, H=2):
+    """An nn.MultiheadAttention(E, H) state_dict in float16 ("f16.<name>") and in bfloat16
+    ("bf16.<name>"), as torch users save half-precision models, plus a tensor of special
+    values per dtype ("<tag>.special": +-0, +-1, 1/3, the largest finite, the smallest
+    normal, the smallest and largest subnormal, +-inf, quiet and signalling NaN with a
+    payload, negative NaN), and PyTorch's own float32 conversion of every one of them
+    ("f32.<tag>.<name>"), which xgrad's reading must reproduce bit for bit."""
+    torch.manual_seed(seed)
+    mha = nn.MultiheadAttention(E, H, batch_first=True)
+    randomize_(mha)
+    nan_bits = {torch.float16: [0x7E00, 0x7C01, 0xFE00, 0x7D55],
+                torch.bfloat16: [0x7FC0, 0x7F81, 0xFFC0, 0x7FAA]}
+    tensors = []
+    for dt, tag in ((torch.float16, "f16"), (torch.bfloat16, "bf16")):
+        fi = torch.finfo(dt)
+        smallest_subnormal = fi.tiny * fi.eps
+        special = torch.tensor([0.0, -0.0, 1.0, -1.0, 1.0 / 3.0, fi.max, -fi.max, fi.tiny, -fi.tiny,
+                                smallest_subnormal, -smallest_subnormal,
+                                fi.tiny - smallest_subnormal, math.inf, -math.inf], dtype=dt)
+        nans = torch.from_numpy(np.array(nan_bits[dt], dtype="<u2").view("<i2")).view(dt)
+        state = [(n, p.detach().to(dt)) for n, p in mha.state_dict().items()]
+        state.append(("special", torch.cat([special, nans])))
+        for n, t in state:
+            tensors.append((tag + "." + n, t))
+        for n, t in state:
+            tensors.append(("f32." + tag + "." + n, t.to(torch.float32)))
+    meta = {"kind": "half_state_dict", "embed_dim": E, "num_heads": H}
+    return name, tensors, meta
 
 
 if __name__ == "__main__":

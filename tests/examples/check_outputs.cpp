@@ -2,10 +2,11 @@
 //   check_outputs run DIR [--no-plots]   metrics.json parses, evaluation losses decrease,
 //                                        PNGs are PNGs, the checkpoint loads
 //   check_outputs same CKPT_A CKPT_B      two checkpoints hold bit-identical tensors
-//   check_outputs same-run DIR_A DIR_B    two runs (e.g. uninterrupted and resumed) are the
+//   check_outputs same-run DIR_A DIR_B    two runs (uninterrupted and resumed) are the
 //                                        same: checkpoint tensors, the checkpoint metadata
 //                                        (run_config, history, per-step losses), metrics.json
-//                                        but wall time, threads and runtime, loss.png bytes
+//                                        but wall times, threads and runtime, loss.png bytes;
+//                                        B's total wall time exceeds its own run's
 #include <nlohmann/json.hpp>
 
 #include <cstring>
@@ -66,8 +67,11 @@ int main(int argc, char** argv) {
           return fail(std::string("checkpoint metadata '") + key + "' missing or different");
       auto ma = nlohmann::json::parse(file_bytes(da + "/metrics.json"));
       auto mb = nlohmann::json::parse(file_bytes(db + "/metrics.json"));
+      // B resumed A's run: its total training time includes the runs before the resume.
+      if (!(mb.at("wall_time_seconds_total").get<double>() > mb.at("wall_time_seconds_this_run").get<double>()))
+        return fail(db + "/metrics.json: wall_time_seconds_total is not more than wall_time_seconds_this_run");
       for (auto* m : {&ma, &mb}) {
-        m->erase("wall_time_seconds"), m->erase("runtime");
+        m->erase("wall_time_seconds_total"), m->erase("wall_time_seconds_this_run"), m->erase("runtime");
         if (m->contains("config")) (*m)["config"].erase("threads");
       }
       if (ma != mb) return fail("metrics.json differ beyond wall time, threads and runtime");
@@ -84,7 +88,8 @@ int main(int argc, char** argv) {
     if (ev.size() < 2) return fail("fewer than two evaluations in metrics.json");
     const double first = ev.front().at("loss"), last = ev.back().at("loss");
     if (!(last < first)) return fail("loss did not decrease: " + std::to_string(first) + " -> " + std::to_string(last));
-    for (const char* key : {"config", "final_heldout_exact_match", "steps", "wall_time_seconds"})
+    for (const char* key :
+         {"config", "final_heldout_exact_match", "steps", "wall_time_seconds_total", "wall_time_seconds_this_run"})
       if (!m.contains(key)) return fail(std::string("metrics.json lacks ") + key);
     if (plots)
       for (const char* png : {"/loss.png", "/attention.png"})

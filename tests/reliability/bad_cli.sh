@@ -111,6 +111,12 @@ cmp -s "$ck_reverse" "$work/no_config/checkpoint.safetensors" && { echo "setup: 
 mkdir -p "$work/bad_config" && perl -0777 -pe 's/\\"--batch\\":4/\\"--batch\\":0/' "$ck_reverse" > "$work/bad_config/checkpoint.safetensors"
 cmp -s "$ck_reverse" "$work/bad_config/checkpoint.safetensors" && { echo "setup: could not edit the stored --batch"; exit 1; }
 mkdir -p "$work/ckdir/checkpoint.safetensors"      # the checkpoint path is a directory
+# A run stopped by --stop-after (checkpoint at step 1 of 3) whose metadata lacks the training time.
+"$ex/reverse" --steps 3 --eval-every 1 --batch 4 --no-plots --stop-after 1 --out "$work/fixture/stopped" > /dev/null 2>&1 ||
+  { echo "setup: reverse --stop-after 1 failed"; exit 1; }
+mkdir -p "$work/no_seconds" &&
+  perl -0777 -pe 's/"train_seconds":/"train_sec0nds":/' "$work/fixture/stopped/checkpoint.safetensors" > "$work/no_seconds/checkpoint.safetensors"
+cmp -s "$work/fixture/stopped/checkpoint.safetensors" "$work/no_seconds/checkpoint.safetensors" && { echo "setup: could not edit the metadata"; exit 1; }
 # A gnuplot that fails with its own message, and a PATH without gnuplot.
 mkdir -p "$work/badgnuplot" && printf '#!/bin/sh\necho "fake gnuplot: cannot open font Sans" >&2\nexit 3\n' > "$work/badgnuplot/gnuplot"
 chmod +x "$work/badgnuplot/gnuplot"
@@ -172,14 +178,14 @@ expect_stdout "demo --help"                    0 'Usage: .*demo' 'd loss' -- "$e
 
 # What the last lines claim: no PNG with --no-plots or when gnuplot is missing or fails;
 # gnuplot missing and gnuplot failing are told apart, the latter with gnuplot's own message.
-expect_stdout "reverse --no-plots: no PNG claimed" 0 'wrote .*/\{metrics\.json,checkpoint\.safetensors\}$' 'png' -- "$ex/reverse" --steps 2 --eval-every 1 --batch 4 --no-plots --out "$work/noplots"
-expect_stdout "gradexp --no-plots: no PNG claimed" 0 'wrote .*/\{metrics\.json,checkpoint\.safetensors\}$' 'png' -- "$ex/gradexp" --steps 2 --power-iterations 1 --no-plots --out "$work/noplots_gradexp"
-expect_stdout "sort: PNGs claimed when drawn"      0 'wrote .*/\{metrics\.json,loss\.png,attention\.png,checkpoint\.safetensors\}$' 'zzz' -- "$ex/sort" --steps 2 --eval-every 1 --batch 4 --out "$work/plots"
+expect_stdout "reverse --no-plots: no PNG claimed" 0 'wrote .*/\{metrics\.json,checkpoint\.safetensors\} \(checkpoint at step 2\)$' 'png' -- "$ex/reverse" --steps 2 --eval-every 1 --batch 4 --no-plots --out "$work/noplots"
+expect_stdout "gradexp --no-plots: no PNG claimed" 0 'wrote .*/\{metrics\.json,checkpoint\.safetensors\} \(checkpoint at step 2\)$' 'png' -- "$ex/gradexp" --steps 2 --power-iterations 1 --no-plots --out "$work/noplots_gradexp"
+expect_stdout "sort: PNGs claimed when drawn"      0 'wrote .*/\{metrics\.json,loss\.png,attention\.png,checkpoint\.safetensors\} \(checkpoint at step 2\)$' 'zzz' -- "$ex/sort" --steps 2 --eval-every 1 --batch 4 --out "$work/plots"
 expect_stdout "reverse: --out with a quote, PNGs drawn" 0 "wrote .*/it's/\\{metrics\\.json,loss\\.png,attention\\.png," 'zzz' -- "$ex/reverse" --steps 2 --eval-every 1 --batch 4 --out "$work/it's"
 expect_code 1 "reverse: gnuplot missing"                 '^warning: no .*loss\.png: gnuplot is not installed' -- env PATH="$work/nognuplot" "$ex/reverse" --steps 2 --eval-every 1 --batch 4 --out "$work/nognuplot_out"
 expect_code 1 "sort: gnuplot fails"                      '^warning: no .*loss\.png: gnuplot exited with status 3: fake gnuplot: cannot open font Sans' -- env PATH="$work/badgnuplot:$PATH" "$ex/sort" --steps 2 --eval-every 1 --batch 4 --out "$work/badgnuplot_out"
 expect_code 1 "gradexp: gnuplot fails"                   'gnuplot exited with status 3: fake gnuplot' -- env PATH="$work/badgnuplot:$PATH" "$ex/gradexp" --steps 2 --power-iterations 1 --out "$work/badgnuplot_gradexp"
-expect_stdout "reverse: gnuplot missing, no PNG claimed" 1 'wrote .*/\{metrics\.json,checkpoint\.safetensors\}$' 'png' -- env PATH="$work/nognuplot" "$ex/reverse" --steps 2 --eval-every 1 --batch 4 --out "$work/nognuplot_out2"
+expect_stdout "reverse: gnuplot missing, no PNG claimed" 1 'wrote .*/\{metrics\.json,checkpoint\.safetensors\} \(checkpoint at step 2\)$' 'png' -- env PATH="$work/nognuplot" "$ex/reverse" --steps 2 --eval-every 1 --batch 4 --out "$work/nognuplot_out2"
 
 # --- output directory errors -------------------------------------------------------------------------
 expect_fail "reverse: --out is a regular file"           'regular_file|directory' -- "$ex/reverse" --steps 1 --out "$work/regular_file"
@@ -188,9 +194,9 @@ expect_fail "gradexp: --out is a regular file"           'regular_file|directory
 expect_fail "extend: --out is a regular file"            'regular_file|directory' -- "$ex/extend" --steps 1 --out "$work/regular_file"
 
 # --- --resume errors -------------------------------------------------------------------------------------
-expect_fail "reverse: --resume with no checkpoint"       'checkpoint\.safetensors' -- "$ex/reverse" --resume --no-plots --out "$work/empty"
-expect_fail "sort: --resume with no checkpoint"          'checkpoint\.safetensors' -- "$ex/sort" --resume --no-plots --out "$work/empty"
-expect_fail "gradexp: --resume with no checkpoint"       'checkpoint\.safetensors' -- "$ex/gradexp" --resume --no-plots --out "$work/empty"
+expect_code 2 "reverse: --resume with no checkpoint" 'no checkpoint in .*/empty to resume from; run without --resume first' -- "$ex/reverse" --resume --no-plots --out "$work/empty"
+expect_code 2 "sort: --resume with no checkpoint" 'no checkpoint in .*/empty to resume from; run without --resume first' -- "$ex/sort" --resume --no-plots --out "$work/empty"
+expect_code 2 "gradexp: --resume with no checkpoint" 'no checkpoint in .*/empty to resume from; run without --resume first' -- "$ex/gradexp" --resume --no-plots --out "$work/empty"
 expect_code 109 "extend: --resume (keeps no checkpoint)"  'not expected: --resume'  -- "$ex/extend" --resume --out "$work/empty"
 expect_fail "reverse: --resume, checkpoint is text"      'checkpoint\.safetensors' -- "$ex/reverse" --resume --no-plots --out "$work/garbage"
 expect_fail "reverse: --resume, checkpoint truncated"    'checkpoint\.safetensors' -- "$ex/reverse" --resume --no-plots --out "$work/truncated"
@@ -209,6 +215,9 @@ expect_code 2 "reverse: --resume, stored --batch 0"      'the stored --batch 0 i
 expect_code 2 "reverse: --resume, no stored configuration" "no 'example' / 'run_config' metadata" -- "$ex/reverse" --resume --no-plots --out "$work/no_config"
 expect_fail "reverse: --resume, checkpoint is a directory" 'checkpoint\.safetensors' -- "$ex/reverse" --resume --no-plots --out "$work/ckdir"
 expect_fail "reverse: --resume, metadata without history" 'history'               -- "$ex/reverse" --resume --no-plots --out "$work/no_history"
+expect_code 2 "reverse: --resume, metadata without training time" "no 'train_seconds' metadata" -- "$ex/reverse" --resume --no-plots --out "$work/no_seconds"
+# A --resume of a finished run changes nothing and says so.
+expect_stdout "reverse: --resume of a finished run" 0 'already finished \(step 2 of --steps 2\); nothing to do, nothing changed' 'wrote' -- "$ex/reverse" --resume --no-plots --out "$work/fixture/reverse"
 # Bad runtime settings from the environment: an error before training, never SIGILL.
 expect_fail "reverse: XGRAD_CPU_PATH=avx1024"             'XGRAD_CPU_PATH'  -- env XGRAD_CPU_PATH=avx1024 "$ex/reverse" --steps 5 --no-plots --out "$work/bad_path"
 expect_fail "sort: XGRAD_NUM_THREADS=two"                 'XGRAD_NUM_THREADS' -- env XGRAD_NUM_THREADS=two "$ex/sort" --steps 5 --no-plots --out "$work/bad_threads"
