@@ -58,8 +58,21 @@ namespace xgrad {
 using ArrayVariant = std::variant<xt::xarray<float>, xt::xarray<double>, xt::xarray<bool>,
                                   xt::xarray<std::int64_t>>;
 
+// A tensor's storage: the container plus its version counter (PyTorch's `_version`). Every
+// in-place write path bumps the version (Tensor::mutable_data, Tensor::mutable_raw_data,
+// mutable_value below, Tensor::bump_version); record() saves the version of each input and of
+// the output, and a node's backward throws GraphError if one changed in between. Shared by
+// every handle to the same values (detach(), saved outputs), so a write through any of them
+// is seen. Not atomic: writing a tensor while another thread runs a backward that reads it is
+// a data race anyway.
+struct Storage : ArrayVariant {
+  using ArrayVariant::ArrayVariant;
+  explicit Storage(const ArrayVariant& v) : ArrayVariant(v) {}
+  std::uint64_t version = 0;
+};
+
 struct TensorImpl {
-  std::shared_ptr<ArrayVariant> value;  // shared with detach() and with saved outputs
+  std::shared_ptr<Storage> value;  // shared with detach() and with saved outputs
   Shape shape;
   DType dtype = DType::Float32;
   bool requires_grad = false;
@@ -77,7 +90,10 @@ template <> constexpr DType dtype_of<std::int64_t>() { return DType::Int64; }
 template <class T> const xt::xarray<T>& value(const Tensor& t) {
   return std::get<xt::xarray<T>>(*t.impl()->value);
 }
+// For writing into an existing tensor in place: bumps its version (see Storage). A fresh
+// result being filled before make_tensor/record needs no version bump and may use either.
 template <class T> xt::xarray<T>& mutable_value(const Tensor& t) {
+  ++t.impl()->value->version;
   return std::get<xt::xarray<T>>(*t.impl()->value);
 }
 
@@ -94,7 +110,7 @@ template <class T> Tensor make_tensor(xt::xarray<T>&& a, Shape&& shape = {}) {
     impl->shape = std::move(shape);
   }
   impl->dtype = dtype_of<T>();
-  impl->value = std::make_shared<ArrayVariant>(std::move(a));
+  impl->value = std::make_shared<Storage>(std::move(a));
   return Tensor(std::move(impl));
 }
 // A new, uninitialised tensor of the given shape (ValueError when the shape has more than

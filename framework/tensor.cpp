@@ -69,8 +69,16 @@ const Shape& Tensor::shape() const { return checked(impl_).shape; }
 std::size_t Tensor::numel() const { return xgrad::numel(shape()); }
 DType Tensor::dtype() const { return checked(impl_).dtype; }
 const void* Tensor::raw_data() const {
-  return std::visit([](const auto& a) -> const void* { return a.data(); }, *checked(impl_).value);
+  return std::visit([](const auto& a) -> const void* { return a.data(); },
+                    static_cast<const ArrayVariant&>(*checked(impl_).value));
 }
+void* Tensor::mutable_raw_data() const {
+  auto& impl = checked(impl_);
+  ++impl.value->version;
+  return std::visit([](auto& a) -> void* { return a.data(); }, static_cast<ArrayVariant&>(*impl.value));
+}
+std::uint64_t Tensor::version() const { return checked(impl_).value->version; }
+void Tensor::bump_version() const { ++checked(impl_).value->version; }
 
 std::size_t Tensor::size(int axis) const { return shape()[normalize_axis("size", axis, shape())]; }
 
@@ -121,7 +129,7 @@ Tensor Tensor::detach() const {
 Tensor Tensor::clone() const {
   auto& impl = checked(impl_);
   auto d = std::make_shared<TensorImpl>();
-  d->value = std::make_shared<ArrayVariant>(*impl.value);
+  d->value = std::make_shared<Storage>(static_cast<const ArrayVariant&>(*impl.value));
   d->shape = impl.shape;
   d->dtype = impl.dtype;
   return Tensor(std::move(d));
@@ -135,7 +143,7 @@ std::vector<double> Tensor::to_vector() const {
         std::transform(a.begin(), a.end(), v.begin(), [](auto x) { return double(x); });
         return v;
       },
-      *impl.value);
+      static_cast<const ArrayVariant&>(*impl.value));
 }
 
 double Tensor::item() const {
@@ -153,7 +161,7 @@ template <class T> T* Tensor::mutable_data() const {
   if (dtype() != dtype_of<T>())
     throw_error<DTypeError>("mutable_data", "requested ", dtype_name(dtype_of<T>()), " from a ", dtype_name(dtype()),
                             " tensor");
-  return mutable_value<T>(*this).data();
+  return mutable_value<T>(*this).data();  // bumps the version
 }
 template const float* Tensor::data<float>() const;
 template const double* Tensor::data<double>() const;

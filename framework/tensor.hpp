@@ -181,8 +181,19 @@ class Tensor {
   Tensor clone() const;                        // deep copy of the value, no graph
   // Raw row-major data. T must match dtype() exactly (float, double, bool, int64_t).
   template <class T> const T* data() const;
-  template <class T> T* mutable_data() const;  // writes bypass autodiff: use for optimisers
-  const void* raw_data() const;                // the row-major bytes, any dtype
+  // In-place writes. They bypass autodiff (use them for optimisers, loading, initialising)
+  // and bump version(): a recorded op that saved this tensor before the write throws
+  // GraphError when its backward runs ("modified in place after the forward"), as PyTorch.
+  // Write under NoGradGuard or between backward and the next forward; values written while
+  // no graph holds the tensor are simply used by the next forward.
+  template <class T> T* mutable_data() const;  // bumps version()
+  void* mutable_raw_data() const;              // the row-major bytes, any dtype; bumps version()
+  const void* raw_data() const;                // the row-major bytes, any dtype (read only)
+  // Storage version: 0 when made, +1 per in-place write path above (shared by every handle
+  // to the same storage: detach(), a node's saved output). bump_version() is for code that
+  // writes through a pointer obtained otherwise.
+  std::uint64_t version() const;
+  void bump_version() const;
   std::size_t nbytes() const { return numel() * itemsize(dtype()); }
 
   TensorImpl* impl() const { return impl_.get(); }

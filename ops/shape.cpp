@@ -19,7 +19,7 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
         v.reshape(shape);
         return make_tensor(std::move(v));
       },
-      *x.impl()->value);
+      static_cast<const ArrayVariant&>(*x.impl()->value));
   return record("reshape", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {reshape(g, n.input(0).shape())};
   });
@@ -93,7 +93,7 @@ Tensor merge_heads(const Tensor& x) {
   Tensor y = permuted_copy("merge_heads", x, s, {0, 2, 1, 3});
   {
     auto& v = *y.impl()->value;
-    std::visit([&](auto& a) { a.reshape({s[0], s[2], s[1] * s[3]}); }, v);
+    std::visit([&](auto& a) { a.reshape({s[0], s[2], s[1] * s[3]}); }, static_cast<ArrayVariant&>(v));
     y.impl()->shape = {s[0], s[2], s[1] * s[3]};
   }
   const std::size_t H = s[1];
