@@ -7,6 +7,7 @@
 
 #include "xgrad/framework/array.hpp"
 #include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/runtime.hpp"
 
 namespace xgrad {
 
@@ -56,6 +57,29 @@ std::size_t numel(const Shape& shape) {
     if (__builtin_mul_overflow(n, d, &n) || n > kMax)
       throw_error<ValueError>("numel", "shape ", shape, " has more than 2^40 elements");
   return n;
+}
+
+std::size_t check_tensor_size(const char* op, const Shape& shape, DType dtype) {
+  constexpr std::size_t kMax = std::size_t(1) << 40;
+  for (auto d : shape)
+    if (d == 0) return 0;
+  std::size_t n = 1;
+  for (auto d : shape)
+    if (__builtin_mul_overflow(n, d, &n) || n > kMax)
+      throw_error<ValueError>(op, "shape ", shape, " has more than 2^40 elements");
+  const std::size_t bytes = n * itemsize(dtype), limit = max_tensor_bytes();
+  if (bytes > limit)
+    throw_error<MemoryError>(op, "a ", dtype_name(dtype), " tensor of shape ", shape, " needs ", bytes,
+                             " bytes, more than max_tensor_bytes() = ", limit,
+                             " (raise it with set_max_tensor_bytes or XGRAD_MAX_TENSOR_BYTES)");
+  return n;
+}
+
+void detail::allocation_failed(std::size_t n, std::size_t size, bool over_limit) {
+  if (over_limit)
+    throw_error<MemoryError>("allocate", "a buffer of ", n, " elements of ", size, " bytes is more than max_tensor_bytes() = ",
+                             max_tensor_bytes(), " (raise it with set_max_tensor_bytes or XGRAD_MAX_TENSOR_BYTES)");
+  throw_error<MemoryError>("allocate", "out of memory allocating ", n, " elements of ", size, " bytes");
 }
 
 Tensor::Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
@@ -187,63 +211,95 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
 
 // --- factories ---------------------------------------------------------------------------
 
-template <class T> static Tensor from_values(const std::vector<double>& values, const Shape& shape) {
+template <class T> static Tensor from_values(const char* op, const std::vector<double>& values, const Shape& shape) {
   if constexpr (std::is_same_v<T, std::int64_t>)
     for (std::size_t i = 0; i < values.size(); ++i)
       if (!(values[i] >= -9223372036854775808.0 && values[i] < 9223372036854775808.0))
-        throw_error<ValueError>("tensor", "value ", values[i], " at position ", i, " is not representable as int64");
-  auto a = empty_array<T>(shape);
+        throw_error<ValueError>(op, "value ", values[i], " at position ", i, " is not representable as int64");
+  auto a = empty_array<T>(shape, op);
   std::transform(values.begin(), values.end(), a.begin(), [](double x) { return T(x); });
   return make_tensor(std::move(a));
 }
 
-Tensor tensor(const std::vector<double>& values, const Shape& shape, DType dtype) {
-  if (values.size() != xgrad::numel(shape))
-    throw_error<ShapeError>("tensor", values.size(), " values do not fill shape ", shape);
+static Tensor from_doubles(const char* op, const std::vector<double>& values, const Shape& shape, DType dtype) {
   switch (dtype) {
-    case DType::Float32: return from_values<float>(values, shape);
-    case DType::Float64: return from_values<double>(values, shape);
-    case DType::Bool: return from_values<bool>(values, shape);
-    case DType::Int64: return from_values<std::int64_t>(values, shape);
+    case DType::Float32: return from_values<float>(op, values, shape);
+    case DType::Float64: return from_values<double>(op, values, shape);
+    case DType::Bool: return from_values<bool>(op, values, shape);
+    case DType::Int64: return from_values<std::int64_t>(op, values, shape);
   }
-  throw_error<DTypeError>("tensor", "unknown dtype ", int(dtype));
+  throw_error<DTypeError>(op, "unknown dtype ", int(dtype));
 }
 
-Tensor scalar(double value, DType dtype) { return tensor({value}, {}, dtype); }
-Tensor full(const Shape& shape, double value, DType dtype) {
-  return tensor(std::vector<double>(xgrad::numel(shape), value), shape, dtype);
+Tensor tensor(const std::vector<double>& values, const Shape& shape, DType dtype) {
+  if (values.size() != check_tensor_size("tensor", shape, dtype))
+    throw_error<ShapeError>("tensor", values.size(), " values do not fill shape ", shape);
+  return from_doubles("tensor", values, shape, dtype);
 }
-Tensor zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
-Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+
+// A tensor of `shape` whose element i is T(gen()) in row-major order; sized and checked
+// before anything is allocated (no std::vector<double> of numel elements on the way).
+template <class Gen> static Tensor generate(const char* op, const Shape& shape, DType dtype, Gen&& gen) {
+  check_tensor_size(op, shape, dtype);
+  auto fill = [&](auto zero) {
+    using T = decltype(zero);
+    auto a = empty_array<T>(shape, op);
+    for (auto& x : a) {
+      const double v = gen();
+      if constexpr (std::is_same_v<T, std::int64_t>)
+        if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
+          throw_error<ValueError>(op, "value ", v, " is not representable as int64");
+      x = T(v);
+    }
+    return make_tensor(std::move(a));
+  };
+  switch (dtype) {
+    case DType::Float32: return fill(float{});
+    case DType::Float64: return fill(double{});
+    case DType::Bool: return fill(bool{});
+    case DType::Int64: return fill(std::int64_t{});
+  }
+  throw_error<DTypeError>(op, "unknown dtype ", int(dtype));
+}
+
+Tensor scalar(double value, DType dtype) { return from_doubles("scalar", {value}, {}, dtype); }
+
+static Tensor full_as(const char* op, const Shape& shape, double value, DType dtype) {
+  return generate(op, shape, dtype, [value] { return value; });
+}
+Tensor full(const Shape& shape, double value, DType dtype) { return full_as("full", shape, value, dtype); }
+Tensor zeros(const Shape& shape, DType dtype) { return full_as("zeros", shape, 0.0, dtype); }
+Tensor ones(const Shape& shape, DType dtype) { return full_as("ones", shape, 1.0, dtype); }
 
 Tensor randn(const Shape& shape, Rng& rng, DType dtype) {
-  std::vector<double> v(xgrad::numel(shape));
-  for (auto& x : v) x = rng.normal();
-  return tensor(v, shape, dtype);
+  return generate("randn", shape, dtype, [&rng] { return rng.normal(); });
 }
 
 Tensor uniform(const Shape& shape, double low, double high, Rng& rng, DType dtype) {
-  std::vector<double> v(xgrad::numel(shape));
-  for (auto& x : v) x = rng.uniform(low, high);
-  return tensor(v, shape, dtype);
+  if (!(low <= high) || !std::isfinite(high - low))  // checked before allocating (Rng::uniform would throw later)
+    (void)rng_detail::Rng().uniform(low, high);
+  return generate("uniform", shape, dtype, [&] { return rng.uniform(low, high); });
 }
 
 Tensor bool_tensor(const std::vector<bool>& values, const Shape& shape) {
-  return tensor(std::vector<double>(values.begin(), values.end()), shape, DType::Bool);
+  if (values.size() != check_tensor_size("bool_tensor", shape, DType::Bool))
+    throw_error<ShapeError>("bool_tensor", values.size(), " values do not fill shape ", shape);
+  auto a = empty_array<bool>(shape, "bool_tensor");
+  std::copy(values.begin(), values.end(), a.begin());
+  return make_tensor(std::move(a));
 }
 
 Tensor index_tensor(const std::vector<std::int64_t>& values, const Shape& shape) {
-  if (values.size() != xgrad::numel(shape))
+  if (values.size() != check_tensor_size("index_tensor", shape, DType::Int64))
     throw_error<ShapeError>("index_tensor", values.size(), " values do not fill shape ", shape);
-  auto a = empty_array<std::int64_t>(shape);
+  auto a = empty_array<std::int64_t>(shape, "index_tensor");
   std::copy(values.begin(), values.end(), a.begin());
   return make_tensor(std::move(a));
 }
 
 Tensor arange(std::size_t n, DType dtype) {
-  std::vector<double> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = double(i);
-  return tensor(v, {n}, dtype);
+  double i = 0;
+  return generate("arange", {n}, dtype, [&i] { return i++; });
 }
 
 // --- checks ------------------------------------------------------------------------------

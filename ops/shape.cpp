@@ -10,7 +10,7 @@ namespace xgrad {
 // y = x viewed as `shape` (a copy);  dx = reshape(g, X). Masks and indices reshape too.
 Tensor reshape(const Tensor& x, const Shape& shape) {
   if (!x.defined()) throw_error<ValueError>("reshape", "argument 'x' is undefined");
-  if (numel(shape) != x.numel())
+  if (check_tensor_size("reshape", shape, x.dtype()) != x.numel())
     throw_error<ShapeError>("reshape", "cannot reshape argument 'x' ", x.shape(), " (", x.numel(), " elements) to ", shape);
   if (shape == x.shape()) return x;
   Tensor y = std::visit(
@@ -59,7 +59,7 @@ Tensor permuted_copy(const char* op, const Tensor& x, const Shape& view, const s
   return dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
-    auto out = empty_array<T>(ys);
+    auto out = empty_array<T>(ys, op);
     T* po = out.data();
     detail::for_each_row(ys, src, src, [&](std::size_t ox, std::size_t, std::size_t oo, std::size_t n,
                                            std::size_t step, std::size_t) {
@@ -144,7 +144,7 @@ Tensor narrow(const Tensor& x, long axis, std::size_t start, std::size_t length)
   Tensor y = dispatch_float("narrow", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
-    auto out = empty_array<T>(ys);
+    auto out = empty_array<T>(ys, "narrow");
     for (std::size_t o = 0; o < s.outer; ++o)
       std::copy_n(px + (o * s.n + start) * s.inner, length * s.inner,
                   out.data() + o * length * s.inner);
@@ -170,7 +170,7 @@ Tensor unnarrow(const Tensor& x, long axis, std::size_t start, std::size_t size)
   Tensor y = dispatch_float("unnarrow", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
-    xt::xarray<T> out = empty_array<T>(ys);
+    xt::xarray<T> out = empty_array<T>(ys, "unnarrow");
     std::fill(out.begin(), out.end(), T(0));
     for (std::size_t o = 0; o < s.outer; ++o)
       std::copy_n(px + o * m * s.inner, m * s.inner, out.data() + (o * size + start) * s.inner);
@@ -202,7 +202,7 @@ Tensor concat(const std::vector<Tensor>& xs, long axis) {
   const auto s = detail::split_at(ys, ax);
   Tensor y = dispatch_float("concat", xs[0].dtype(), [&](auto zero) {
     using T = decltype(zero);
-    auto out = empty_array<T>(ys);
+    auto out = empty_array<T>(ys, "concat");
     std::size_t offset = 0;
     for (std::size_t k = 0; k < xs.size(); ++k) {
       const T* px = value<T>(xs[k]).data();
