@@ -142,6 +142,11 @@ BOOST_AUTO_TEST_CASE(limit_is_settable_and_checked) {
   expect_error<MemoryError>([] { zeros({251}); }, "zeros", {"(251)", "1004 bytes", "max_tensor_bytes() = 1000"});
   Tensor a = zeros({100}), b = zeros({100, 1});
   expect_error<MemoryError>([&] { add(a, b); }, "add", {"(100, 100)", "40000 bytes"});
+  // Outputs larger than any input: many references to one tensor, a batched product.
+  expect_error<MemoryError>([&] { concat({a, a, a}, 0); }, "concat", {"(300)", "1200 bytes"});
+  Tensor col = zeros({16, 1}), row = zeros({1, 16});
+  expect_error<MemoryError>([&] { matmul(col, row); }, "matmul", {"(16, 16)", "1024 bytes"});
+  BOOST_CHECK_NO_THROW(concat({a, a}, 0));  // 800 bytes
 }
 
 BOOST_AUTO_TEST_CASE(allocator_backstop_is_a_memory_error) {
