@@ -18,7 +18,15 @@
 #ifdef XTENSOR_CONFIG_HPP
 #error "include xgrad/framework/array.hpp before any xtensor header"
 #endif
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/runtime.hpp"
+
 namespace xgrad {
+namespace detail {
+// The backstop behind the per-op size checks: a buffer over max_tensor_bytes(), or a failed
+// malloc, is a MemoryError (never std::bad_alloc) from every xgrad allocation.
+[[noreturn]] void allocation_failed(std::size_t n, std::size_t size, bool over_limit);
+}  // namespace detail
 template <class T> struct AlignedAllocator {
   using value_type = T;
   static constexpr std::size_t kAlignment = 64, kAlignFrom = 512;  // bytes
@@ -27,14 +35,15 @@ template <class T> struct AlignedAllocator {
   // Large blocks: malloc(bytes + 64), rounded up to the next 64-byte boundary, with malloc's
   // pointer stored just below (glibc's memalign fragments the heap: 2% of a 64x64 matmul).
   T* allocate(std::size_t n) {
-    if (n > (std::size_t(-1) - kAlignment) / sizeof(T)) throw std::bad_array_new_length();
+    if (n > (std::size_t(-1) - kAlignment) / sizeof(T)) detail::allocation_failed(n, sizeof(T), true);
     const std::size_t bytes = n * sizeof(T);
     if (bytes < kAlignFrom) {
       if (void* p = std::malloc(bytes ? bytes : 1)) return static_cast<T*>(p);
-      throw std::bad_alloc();
+      detail::allocation_failed(n, sizeof(T), false);
     }
+    if (bytes > max_tensor_bytes()) detail::allocation_failed(n, sizeof(T), true);
     void* raw = std::malloc(bytes + kAlignment);
-    if (!raw) throw std::bad_alloc();
+    if (!raw) detail::allocation_failed(n, sizeof(T), false);
     auto at = (reinterpret_cast<std::uintptr_t>(raw) + kAlignment) & ~std::uintptr_t(kAlignment - 1);
     reinterpret_cast<void**>(at)[-1] = raw;
     return reinterpret_cast<T*>(at);
@@ -58,8 +67,21 @@ namespace xgrad {
 using ArrayVariant = std::variant<xt::xarray<float>, xt::xarray<double>, xt::xarray<bool>,
                                   xt::xarray<std::int64_t>>;
 
+// A tensor's storage: the container plus its version counter (PyTorch's `_version`). Every
+// in-place write path bumps the version (Tensor::mutable_data, Tensor::mutable_raw_data,
+// mutable_value below, Tensor::bump_version); record() saves the version of each input and of
+// the output, and a node's backward throws GraphError if one changed in between. Shared by
+// every handle to the same values (detach(), saved outputs), so a write through any of them
+// is seen. Not atomic: writing a tensor while another thread runs a backward that reads it is
+// a data race anyway.
+struct Storage : ArrayVariant {
+  using ArrayVariant::ArrayVariant;
+  explicit Storage(const ArrayVariant& v) : ArrayVariant(v) {}
+  std::uint64_t version = 0;
+};
+
 struct TensorImpl {
-  std::shared_ptr<ArrayVariant> value;  // shared with detach() and with saved outputs
+  std::shared_ptr<Storage> value;  // shared with detach() and with saved outputs
   Shape shape;
   DType dtype = DType::Float32;
   bool requires_grad = false;
@@ -77,7 +99,10 @@ template <> constexpr DType dtype_of<std::int64_t>() { return DType::Int64; }
 template <class T> const xt::xarray<T>& value(const Tensor& t) {
   return std::get<xt::xarray<T>>(*t.impl()->value);
 }
+// For writing into an existing tensor in place: bumps its version (see Storage). A fresh
+// result being filled before make_tensor/record needs no version bump and may use either.
 template <class T> xt::xarray<T>& mutable_value(const Tensor& t) {
+  ++t.impl()->value->version;
   return std::get<xt::xarray<T>>(*t.impl()->value);
 }
 
@@ -94,13 +119,13 @@ template <class T> Tensor make_tensor(xt::xarray<T>&& a, Shape&& shape = {}) {
     impl->shape = std::move(shape);
   }
   impl->dtype = dtype_of<T>();
-  impl->value = std::make_shared<ArrayVariant>(std::move(a));
+  impl->value = std::make_shared<Storage>(std::move(a));
   return Tensor(std::move(impl));
 }
-// A new, uninitialised tensor of the given shape (ValueError when the shape has more than
-// 2^40 elements or its element count overflows).
-template <class T> xt::xarray<T> empty_array(const Shape& shape) {
-  (void)numel(shape);
+// A new, uninitialised tensor of the given shape, checked first by check_tensor_size(op, ...)
+// (ValueError past 2^40 elements, MemoryError past max_tensor_bytes()).
+template <class T> xt::xarray<T> empty_array(const Shape& shape, const char* op = "empty") {
+  check_tensor_size(op, shape, dtype_of<T>());
   return xt::xarray<T>::from_shape(shape);
 }
 

@@ -58,6 +58,14 @@ thread_local const std::string* g_in_backward_of = nullptr;  // the node being d
                             "; ", describe(inputs));
 }
 
+[[noreturn]] void modified_in_place(const std::string& op, const std::string& which, const Tensor& t,
+                                    std::uint64_t saved) {
+  throw_error<GraphError>("backward", "op '", op, "': ", which, ' ', t.shape(), ' ', dtype_name(t.dtype()),
+                          " was modified in place after the forward (version saved ", saved, ", now ", t.version(),
+                          "); the gradient would use the new values. Write parameters (optimizer.step(), "
+                          "mutable_data, load_parameters) after backward or before the next forward");
+}
+
 }  // namespace
 
 // --- nodes -------------------------------------------------------------------------------
@@ -68,7 +76,11 @@ Node::Node(std::string name, std::vector<Tensor> inputs, BackwardFn backward,
       backward_(std::move(backward)),
       differentiable_(std::move(differentiable)),
       output_(std::move(output_value_owner)),
-      fused_(static_cast<bool>(differentiable_)) {}
+      fused_(static_cast<bool>(differentiable_)) {
+  versions_.reserve(inputs_.size());
+  for (const auto& t : inputs_) versions_.push_back(t.defined() ? t.impl()->value->version : 0);
+  if (output_) output_version_ = output_->value->version;
+}
 
 Node::~Node() {
   // Destroying the last handle to a long chain would otherwise recurse once per node.
@@ -107,6 +119,11 @@ std::vector<Tensor> Node::apply(const Tensor& grad, bool create_graph) const {
     throw_error<GraphError>("backward", "trying to backward through the graph a second time (at op '", name_,
                             "'): its saved values were freed by the first backward; pass retain_graph=true to the "
                             "first backward");
+  for (std::size_t i = 0; i < inputs_.size(); ++i)
+    if (inputs_[i].defined() && inputs_[i].impl()->value->version != versions_[i])
+      modified_in_place(name_, "input " + std::to_string(i), inputs_[i], versions_[i]);
+  if (output_ && output_->value->version != output_version_)
+    modified_in_place(name_, "its output", Tensor(output_), output_version_);
   const std::string* outer = g_in_backward_of;
   g_in_backward_of = &name_;
   std::vector<Tensor> grads;

@@ -25,6 +25,7 @@
 //     Both must agree to float64 rounding: the registry compares them on every sample of
 //     every op whose graph holds a fused node (check_fused_backward, framework/registry.hpp).
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -70,12 +71,20 @@ class Node : public std::enable_shared_from_this<Node> {
   BackwardFn backward_;                 // plain op: the backward; fused op: first-order kernel
   BackwardFn differentiable_;           // fused op only: the create_graph backward
   std::shared_ptr<TensorImpl> output_;  // value-only copy of the output (shares storage)
+  std::vector<std::uint64_t> versions_; // inputs' storage versions at record time
+  std::uint64_t output_version_ = 0;
   bool fused_ = false;
   bool released_ = false;
 };
 
 // Attaches a node to `out` (a freshly computed op result) when grad mode is enabled and
-// any input requires grad. Returns `out`. In anomaly mode it first checks `out`: see below
+// any input requires grad. The node saves the storage version (Tensor::version) of every
+// input and of `out`; if one has changed when the node's backward runs (an optimizer step,
+// mutable_data, load_parameters between forward and backward), apply() throws GraphError:
+//   backward: op 'matmul': input 1 (4, 3) float32 was modified in place after the forward
+//   (version saved 0, now 1); ...
+// Every input is checked, whether or not the backward formula reads it (xgrad does not know
+// which tensors a closure uses), so this is stricter than PyTorch for e.g. add. Returns `out`. In anomaly mode it first checks `out`: see below
 // (allow_nonfinite exempts ops whose non-finite output is requested, e.g. a -inf fill).
 Tensor record(const char* op_name, Tensor out, std::vector<Tensor> inputs,
               BackwardFn backward, bool allow_nonfinite = false);

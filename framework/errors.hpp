@@ -27,6 +27,11 @@ struct ValueError : Error { using Error::Error; };   // an argument's value is i
 struct GraphError : Error { using Error::Error; };   // misuse of the autodiff graph
 struct IOError : Error { using Error::Error; };      // unreadable or malformed file
 struct AnomalyError : Error { using Error::Error; }; // anomaly mode: an op made NaN/inf
+// A tensor larger than max_tensor_bytes() (framework/runtime.hpp) was requested, checked
+// before anything is allocated ("zeros: a float32 tensor of shape (1099511627776) needs
+// 4398046511104 bytes, more than max_tensor_bytes() = ..."), or the allocator itself failed
+// (a genuine out-of-memory: "allocate: out of memory ..."). State is unchanged either way.
+struct MemoryError : Error { using Error::Error; };
 
 // "(2, 3, 4)"; "()" for a scalar.
 std::string shape_str(const std::vector<std::size_t>& shape);

@@ -1,6 +1,7 @@
 // Threads, CPU code path, allocator tuning and the runtime report. Nothing here runs when the
 // library is loaded: every setting is resolved on first use.
 #include <sched.h>
+#include <unistd.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -155,6 +156,39 @@ void set_cpu_path(CpuPath p) {
 }
 
 // --- allocator ------------------------------------------------------------------------------
+namespace {
+std::atomic<std::size_t> g_max_tensor_bytes{0};  // 0: not read yet
+
+std::size_t default_max_tensor_bytes() {
+  if (const char* env = std::getenv("XGRAD_MAX_TENSOR_BYTES")) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(env, &end, 10);
+    if (errno || end == env || *end || v == 0 || env[0] == '-')
+      throw_error<ValueError>("XGRAD_MAX_TENSOR_BYTES", "must be a positive integer (bytes), got '", env, "'");
+    return std::size_t(v);
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0) return std::size_t(pages) * std::size_t(page);
+  return std::size_t(16) << 30;
+}
+}  // namespace
+
+void set_max_tensor_bytes(std::size_t bytes) {
+  if (bytes == 0) throw_error<ValueError>("set_max_tensor_bytes", "bytes must be > 0");
+  g_max_tensor_bytes.store(bytes, std::memory_order_relaxed);
+}
+
+std::size_t max_tensor_bytes() {
+  std::size_t v = g_max_tensor_bytes.load(std::memory_order_relaxed);
+  if (v == 0) {
+    v = default_max_tensor_bytes();
+    std::size_t expected = 0;
+    if (!g_max_tensor_bytes.compare_exchange_strong(expected, v, std::memory_order_relaxed)) v = expected;
+  }
+  return v;
+}
+
 bool tune_allocator() {
 #if defined(__GLIBC__)
   mallopt(M_MMAP_MAX, 0);

@@ -3,6 +3,7 @@
 // Loading the library changes nothing in the host process. Process-wide settings change only
 // when the program asks or when an op needs them, as documented below.
 #pragma once
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,20 @@ const char* cpu_path_name(CpuPath path);     // "baseline", "avx2", "avx512"
 // time without it). Process-wide, hence never done implicitly; the examples and benchmarks
 // call it. Returns false (and does nothing) where the C library is not glibc.
 bool tune_allocator();
+
+// --- size limit -----------------------------------------------------------------------------
+// The largest single tensor buffer, in bytes. Every allocation whose size a user's argument
+// decides is checked against it before anything is allocated, and fails with MemoryError
+// naming the op and the shape (framework/errors.hpp); the tensor allocator (framework/
+// array.hpp) checks it again for every buffer and turns a failed allocation (genuine
+// out-of-memory) into MemoryError too. Element counts are capped at 2^40 separately (a
+// ValueError). Default: the machine's physical memory (sysconf; 16 GiB if unknown): a single
+// tensor larger than RAM is never useful, and asking the allocator for it either fails
+// after a long wait or, with overcommit, gets the process killed later. The environment
+// variable XGRAD_MAX_TENSOR_BYTES (a positive integer, read at first use; anything else is a
+// ValueError then) or set_max_tensor_bytes overrides it. bytes == 0 is a ValueError.
+void set_max_tensor_bytes(std::size_t bytes);
+std::size_t max_tensor_bytes();
 
 // --- what ran -------------------------------------------------------------------------------
 // For metrics files and benchmark output: results may depend on the CPU (the code path and

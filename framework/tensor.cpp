@@ -7,6 +7,7 @@
 
 #include "xgrad/framework/array.hpp"
 #include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/runtime.hpp"
 
 namespace xgrad {
 
@@ -58,6 +59,29 @@ std::size_t numel(const Shape& shape) {
   return n;
 }
 
+std::size_t check_tensor_size(const char* op, const Shape& shape, DType dtype) {
+  constexpr std::size_t kMax = std::size_t(1) << 40;
+  for (auto d : shape)
+    if (d == 0) return 0;
+  std::size_t n = 1;
+  for (auto d : shape)
+    if (__builtin_mul_overflow(n, d, &n) || n > kMax)
+      throw_error<ValueError>(op, "shape ", shape, " has more than 2^40 elements");
+  const std::size_t bytes = n * itemsize(dtype), limit = max_tensor_bytes();
+  if (bytes > limit)
+    throw_error<MemoryError>(op, "a ", dtype_name(dtype), " tensor of shape ", shape, " needs ", bytes,
+                             " bytes, more than max_tensor_bytes() = ", limit,
+                             " (raise it with set_max_tensor_bytes or XGRAD_MAX_TENSOR_BYTES)");
+  return n;
+}
+
+void detail::allocation_failed(std::size_t n, std::size_t size, bool over_limit) {
+  if (over_limit)
+    throw_error<MemoryError>("allocate", "a buffer of ", n, " elements of ", size, " bytes is more than max_tensor_bytes() = ",
+                             max_tensor_bytes(), " (raise it with set_max_tensor_bytes or XGRAD_MAX_TENSOR_BYTES)");
+  throw_error<MemoryError>("allocate", "out of memory allocating ", n, " elements of ", size, " bytes");
+}
+
 Tensor::Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
 static TensorImpl& checked(const std::shared_ptr<TensorImpl>& p) {
@@ -69,8 +93,16 @@ const Shape& Tensor::shape() const { return checked(impl_).shape; }
 std::size_t Tensor::numel() const { return xgrad::numel(shape()); }
 DType Tensor::dtype() const { return checked(impl_).dtype; }
 const void* Tensor::raw_data() const {
-  return std::visit([](const auto& a) -> const void* { return a.data(); }, *checked(impl_).value);
+  return std::visit([](const auto& a) -> const void* { return a.data(); },
+                    static_cast<const ArrayVariant&>(*checked(impl_).value));
 }
+void* Tensor::mutable_raw_data() const {
+  auto& impl = checked(impl_);
+  ++impl.value->version;
+  return std::visit([](auto& a) -> void* { return a.data(); }, static_cast<ArrayVariant&>(*impl.value));
+}
+std::uint64_t Tensor::version() const { return checked(impl_).value->version; }
+void Tensor::bump_version() const { ++checked(impl_).value->version; }
 
 std::size_t Tensor::size(int axis) const { return shape()[normalize_axis("size", axis, shape())]; }
 
@@ -121,7 +153,7 @@ Tensor Tensor::detach() const {
 Tensor Tensor::clone() const {
   auto& impl = checked(impl_);
   auto d = std::make_shared<TensorImpl>();
-  d->value = std::make_shared<ArrayVariant>(*impl.value);
+  d->value = std::make_shared<Storage>(static_cast<const ArrayVariant&>(*impl.value));
   d->shape = impl.shape;
   d->dtype = impl.dtype;
   return Tensor(std::move(d));
@@ -135,7 +167,7 @@ std::vector<double> Tensor::to_vector() const {
         std::transform(a.begin(), a.end(), v.begin(), [](auto x) { return double(x); });
         return v;
       },
-      *impl.value);
+      static_cast<const ArrayVariant&>(*impl.value));
 }
 
 double Tensor::item() const {
@@ -153,7 +185,7 @@ template <class T> T* Tensor::mutable_data() const {
   if (dtype() != dtype_of<T>())
     throw_error<DTypeError>("mutable_data", "requested ", dtype_name(dtype_of<T>()), " from a ", dtype_name(dtype()),
                             " tensor");
-  return mutable_value<T>(*this).data();
+  return mutable_value<T>(*this).data();  // bumps the version
 }
 template const float* Tensor::data<float>() const;
 template const double* Tensor::data<double>() const;
@@ -179,63 +211,95 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
 
 // --- factories ---------------------------------------------------------------------------
 
-template <class T> static Tensor from_values(const std::vector<double>& values, const Shape& shape) {
+template <class T> static Tensor from_values(const char* op, const std::vector<double>& values, const Shape& shape) {
   if constexpr (std::is_same_v<T, std::int64_t>)
     for (std::size_t i = 0; i < values.size(); ++i)
       if (!(values[i] >= -9223372036854775808.0 && values[i] < 9223372036854775808.0))
-        throw_error<ValueError>("tensor", "value ", values[i], " at position ", i, " is not representable as int64");
-  auto a = empty_array<T>(shape);
+        throw_error<ValueError>(op, "value ", values[i], " at position ", i, " is not representable as int64");
+  auto a = empty_array<T>(shape, op);
   std::transform(values.begin(), values.end(), a.begin(), [](double x) { return T(x); });
   return make_tensor(std::move(a));
 }
 
-Tensor tensor(const std::vector<double>& values, const Shape& shape, DType dtype) {
-  if (values.size() != xgrad::numel(shape))
-    throw_error<ShapeError>("tensor", values.size(), " values do not fill shape ", shape);
+static Tensor from_doubles(const char* op, const std::vector<double>& values, const Shape& shape, DType dtype) {
   switch (dtype) {
-    case DType::Float32: return from_values<float>(values, shape);
-    case DType::Float64: return from_values<double>(values, shape);
-    case DType::Bool: return from_values<bool>(values, shape);
-    case DType::Int64: return from_values<std::int64_t>(values, shape);
+    case DType::Float32: return from_values<float>(op, values, shape);
+    case DType::Float64: return from_values<double>(op, values, shape);
+    case DType::Bool: return from_values<bool>(op, values, shape);
+    case DType::Int64: return from_values<std::int64_t>(op, values, shape);
   }
-  throw_error<DTypeError>("tensor", "unknown dtype ", int(dtype));
+  throw_error<DTypeError>(op, "unknown dtype ", int(dtype));
 }
 
-Tensor scalar(double value, DType dtype) { return tensor({value}, {}, dtype); }
-Tensor full(const Shape& shape, double value, DType dtype) {
-  return tensor(std::vector<double>(xgrad::numel(shape), value), shape, dtype);
+Tensor tensor(const std::vector<double>& values, const Shape& shape, DType dtype) {
+  if (values.size() != check_tensor_size("tensor", shape, dtype))
+    throw_error<ShapeError>("tensor", values.size(), " values do not fill shape ", shape);
+  return from_doubles("tensor", values, shape, dtype);
 }
-Tensor zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
-Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+
+// A tensor of `shape` whose element i is T(gen()) in row-major order; sized and checked
+// before anything is allocated (no std::vector<double> of numel elements on the way).
+template <class Gen> static Tensor generate(const char* op, const Shape& shape, DType dtype, Gen&& gen) {
+  check_tensor_size(op, shape, dtype);
+  auto fill = [&](auto zero) {
+    using T = decltype(zero);
+    auto a = empty_array<T>(shape, op);
+    for (auto& x : a) {
+      const double v = gen();
+      if constexpr (std::is_same_v<T, std::int64_t>)
+        if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
+          throw_error<ValueError>(op, "value ", v, " is not representable as int64");
+      x = T(v);
+    }
+    return make_tensor(std::move(a));
+  };
+  switch (dtype) {
+    case DType::Float32: return fill(float{});
+    case DType::Float64: return fill(double{});
+    case DType::Bool: return fill(bool{});
+    case DType::Int64: return fill(std::int64_t{});
+  }
+  throw_error<DTypeError>(op, "unknown dtype ", int(dtype));
+}
+
+Tensor scalar(double value, DType dtype) { return from_doubles("scalar", {value}, {}, dtype); }
+
+static Tensor full_as(const char* op, const Shape& shape, double value, DType dtype) {
+  return generate(op, shape, dtype, [value] { return value; });
+}
+Tensor full(const Shape& shape, double value, DType dtype) { return full_as("full", shape, value, dtype); }
+Tensor zeros(const Shape& shape, DType dtype) { return full_as("zeros", shape, 0.0, dtype); }
+Tensor ones(const Shape& shape, DType dtype) { return full_as("ones", shape, 1.0, dtype); }
 
 Tensor randn(const Shape& shape, Rng& rng, DType dtype) {
-  std::vector<double> v(xgrad::numel(shape));
-  for (auto& x : v) x = rng.normal();
-  return tensor(v, shape, dtype);
+  return generate("randn", shape, dtype, [&rng] { return rng.normal(); });
 }
 
 Tensor uniform(const Shape& shape, double low, double high, Rng& rng, DType dtype) {
-  std::vector<double> v(xgrad::numel(shape));
-  for (auto& x : v) x = rng.uniform(low, high);
-  return tensor(v, shape, dtype);
+  if (!(low <= high) || !std::isfinite(high - low))  // checked before allocating (Rng::uniform would throw later)
+    (void)rng_detail::Rng().uniform(low, high);
+  return generate("uniform", shape, dtype, [&] { return rng.uniform(low, high); });
 }
 
 Tensor bool_tensor(const std::vector<bool>& values, const Shape& shape) {
-  return tensor(std::vector<double>(values.begin(), values.end()), shape, DType::Bool);
+  if (values.size() != check_tensor_size("bool_tensor", shape, DType::Bool))
+    throw_error<ShapeError>("bool_tensor", values.size(), " values do not fill shape ", shape);
+  auto a = empty_array<bool>(shape, "bool_tensor");
+  std::copy(values.begin(), values.end(), a.begin());
+  return make_tensor(std::move(a));
 }
 
 Tensor index_tensor(const std::vector<std::int64_t>& values, const Shape& shape) {
-  if (values.size() != xgrad::numel(shape))
+  if (values.size() != check_tensor_size("index_tensor", shape, DType::Int64))
     throw_error<ShapeError>("index_tensor", values.size(), " values do not fill shape ", shape);
-  auto a = empty_array<std::int64_t>(shape);
+  auto a = empty_array<std::int64_t>(shape, "index_tensor");
   std::copy(values.begin(), values.end(), a.begin());
   return make_tensor(std::move(a));
 }
 
 Tensor arange(std::size_t n, DType dtype) {
-  std::vector<double> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = double(i);
-  return tensor(v, {n}, dtype);
+  double i = 0;
+  return generate("arange", {n}, dtype, [&i] { return i++; });
 }
 
 // --- checks ------------------------------------------------------------------------------

@@ -31,7 +31,13 @@ inline bool is_float(DType d) { return d == DType::Float32 || d == DType::Float6
 std::size_t itemsize(DType dtype);  // bytes per element: 4, 8, 1 (bool), 8
 
 using Shape = std::vector<std::size_t>;
+// Element count; ValueError when it overflows or exceeds 2^40 (any shape with a zero
+// dimension has 0 elements, whatever the others).
 std::size_t numel(const Shape& shape);
+// Before allocating a tensor of `shape` and `dtype` for op: returns numel(shape); ValueError
+// "op: shape (...) has more than 2^40 elements" or MemoryError "op: a float32 tensor of shape
+// (...) needs N bytes, more than max_tensor_bytes() = M ..." (framework/runtime.hpp).
+std::size_t check_tensor_size(const char* op, const Shape& shape, DType dtype);
 
 // --- random numbers -----------------------------------------------------------------------
 // Rng: std::mt19937_64 (whose raw output the C++ standard fixes bit for bit) plus xgrad's
@@ -181,8 +187,19 @@ class Tensor {
   Tensor clone() const;                        // deep copy of the value, no graph
   // Raw row-major data. T must match dtype() exactly (float, double, bool, int64_t).
   template <class T> const T* data() const;
-  template <class T> T* mutable_data() const;  // writes bypass autodiff: use for optimisers
-  const void* raw_data() const;                // the row-major bytes, any dtype
+  // In-place writes. They bypass autodiff (use them for optimisers, loading, initialising)
+  // and bump version(): a recorded op that saved this tensor before the write throws
+  // GraphError when its backward runs ("modified in place after the forward"), as PyTorch.
+  // Write between a backward and the next forward (NoGradGuard does not exempt a write from
+  // the check: what matters is whether a graph not yet backpropagated saved the tensor).
+  template <class T> T* mutable_data() const;  // bumps version()
+  void* mutable_raw_data() const;              // the row-major bytes, any dtype; bumps version()
+  const void* raw_data() const;                // the row-major bytes, any dtype (read only)
+  // Storage version: 0 when made, +1 per in-place write path above (shared by every handle
+  // to the same storage: detach(), a node's saved output). bump_version() is for code that
+  // writes through a pointer obtained otherwise.
+  std::uint64_t version() const;
+  void bump_version() const;
   std::size_t nbytes() const { return numel() * itemsize(dtype()); }
 
   TensorImpl* impl() const { return impl_.get(); }

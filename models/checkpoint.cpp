@@ -552,7 +552,7 @@ void load_checkpoint(const std::string& path, Module& model, Optimizer* opt) {
   NoGradGuard no_grad;
   for (auto& [name, slot] : slots) {
     const Tensor v = given[name]->to(slot->dtype());  // float32 <-> float64 when they differ
-    std::memcpy(const_cast<void*>(slot->raw_data()), v.raw_data(), v.nbytes());
+    std::memcpy(slot->mutable_raw_data(), v.raw_data(), v.nbytes());  // bumps the version
   }
 }
 

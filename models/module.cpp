@@ -143,7 +143,7 @@ Module::LoadResult Module::load_parameters(const NamedTensors& src, bool strict)
   for (auto& [name, t] : given) {
     Tensor* slot = by_name.at(name);
     Tensor v = t->detach().to(slot->dtype());
-    std::memcpy(const_cast<void*>(slot->raw_data()), v.raw_data(), v.nbytes());
+    std::memcpy(slot->mutable_raw_data(), v.raw_data(), v.nbytes());  // bumps the version
   }
   return result;
 }

@@ -370,8 +370,8 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
     const T* q = value<T>(inputs[0]).data();
     const T* k = packed ? q : value<T>(inputs[1]).data();
     const T* v = packed ? q : value<T>(inputs[2]).data();
-    auto P = empty_array<T>({d.B, d.H, d.T, d.S});
-    auto o = empty_array<T>({d.B, d.T, Ev});
+    auto P = empty_array<T>({d.B, d.H, d.T, d.S}, op);
+    auto o = empty_array<T>({d.B, d.T, Ev}, op);
     const auto in = views(q, k, v);
     forward_kernel<T>(d, T(scale), in[0], in[1], in[2], mask_view<T>(masks, d), P.data(),
                       heads_of(o.data(), d.T, Ev, d.Dv));

@@ -20,7 +20,7 @@ Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b, Fn fn) {
     using T = decltype(zero);
     const T* pa = value<T>(a).data();
     const T* pb = value<T>(b).data();
-    auto y = empty_array<T>(Y);
+    auto y = empty_array<T>(Y, op);
     T* py = y.data();
     if (a.shape() == b.shape()) {  // one flat loop, in chunks over the threads when long
       detail::parallel_chunks(numel(Y), [&](std::size_t lo, std::size_t hi) {

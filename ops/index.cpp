@@ -32,7 +32,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
     using T = decltype(zero);
     const T* w = value<T>(weight).data();
     const std::int64_t* idx = indices.data<std::int64_t>();
-    auto out = empty_array<T>(ys);
+    auto out = empty_array<T>(ys, "embedding");
     for (std::size_t i = 0; i < indices.numel(); ++i)
       std::copy_n(w + std::size_t(idx[i]) * D, D, out.data() + i * D);
     return make_tensor(std::move(out));
@@ -54,7 +54,7 @@ Tensor embedding_backward(const Tensor& g, const Tensor& indices, std::size_t nu
     using T = decltype(zero);
     const T* pg = value<T>(g).data();
     const std::int64_t* idx = indices.data<std::int64_t>();
-    xt::xarray<T> out = empty_array<T>({num_rows, D});
+    xt::xarray<T> out = empty_array<T>({num_rows, D}, "embedding_backward");
     std::fill(out.begin(), out.end(), T(0));
     for (std::size_t i = 0; i < indices.numel(); ++i) {
       T* row = out.data() + std::size_t(idx[i]) * D;
@@ -71,10 +71,16 @@ Tensor one_hot(const Tensor& indices, std::size_t num_classes, DType dtype) {
   check_indices("one_hot", indices, num_classes);
   Shape ys = indices.shape();
   ys.push_back(num_classes);
-  std::vector<double> v(numel(ys), 0.0);
+  check_tensor_size("one_hot", ys, dtype);  // before allocating: num_classes is the caller's
+  Tensor y = zeros(ys, dtype);
   const std::int64_t* idx = indices.data<std::int64_t>();
-  for (std::size_t i = 0; i < indices.numel(); ++i) v[i * num_classes + std::size_t(idx[i])] = 1.0;
-  return tensor(v, ys, dtype);
+  std::visit(
+      [&](auto& a) {
+        using V = typename std::decay_t<decltype(a)>::value_type;
+        for (std::size_t i = 0; i < indices.numel(); ++i) a.data()[i * num_classes + std::size_t(idx[i])] = V(1);
+      },
+      static_cast<ArrayVariant&>(*y.impl()->value));
+  return y;
 }
 
 // --- registration ----------------------------------------------------------------------

@@ -67,7 +67,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 
 Tensor causal_mask(std::size_t T, std::size_t S, CausalAlign align) {
-  auto m = empty_array<bool>({T, S});
+  auto m = empty_array<bool>({T, S}, "causal_mask");
   const long shift = align == CausalAlign::BottomRight ? long(S) - long(T) : 0;
   for (std::size_t i = 0; i < T; ++i)
     for (std::size_t j = 0; j < S; ++j) m(i, j) = long(j) > long(i) + shift;

@@ -45,7 +45,7 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     using T = decltype(zero);
     const T* pa = value<T>(a).data();
     const T* pb = value<T>(b).data();
-    auto out = empty_array<T>(ys);
+    auto out = empty_array<T>(ys, "matmul");
     if (nbatch == 1 || (!ta && numel(bbatch) == 1 && numel(abatch) == nbatch)) {
       // One GEMM: a single product (two 2-D operands, or batch dims all 1), or b shared by
       // every batch, over (batch * n) rows of a.
@@ -128,7 +128,7 @@ Tensor sum_outer(const Tensor& a, const Tensor& b) {
   const std::size_t N = numel(Shape(a.shape().begin(), a.shape().end() - 1));
   Tensor y = dispatch_float("sum_outer", a.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    auto out = empty_array<T>({k, m});
+    auto out = empty_array<T>({k, m}, "sum_outer");
     if (N == 0) std::fill(out.begin(), out.end(), T(0));
     gemm<T>(true, false, k, m, N, value<T>(a).data(), value<T>(b).data(), T(0), out.data());
     return make_tensor(std::move(out));
@@ -159,7 +159,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   ys.back() = out;
   Tensor y = dispatch_float("linear", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    auto yv = empty_array<T>(ys);
+    auto yv = empty_array<T>(ys, "linear");
     T beta = T(0);
     if (bias.defined()) {
       const T* pb = value<T>(bias).data();

@@ -37,6 +37,7 @@ template <class T> void broadcast_into(const T* x, const Shape& K, T* out, const
 // Sums x over the dims where K has 1 and X does not; result has shape `out_shape`
 // (K itself or K with some 1s dropped: same element order).
 Tensor reduce_sum(const char* op, const Tensor& x, const Shape& K, const Shape& out_shape) {
+  check_tensor_size(op, out_shape, x.dtype());  // (0, 2^64-1) summed over axis 0: too large, not bad_alloc
   return dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     xt::xarray<T> y = xt::zeros<T>(out_shape);
@@ -100,7 +101,7 @@ Tensor sum(const Tensor& x) { return sum(x, {}, false); }
 Tensor mean(const Tensor& x, const std::vector<long>& axes, bool keepdim) {
   check_float("mean", "x", x);
   const Shape K = keepdim_shape("mean", x.shape(), axes);
-  std::size_t count = x.numel() / std::max<std::size_t>(1, numel(K));
+  std::size_t count = x.numel() / std::max<std::size_t>(1, check_tensor_size("mean", K, x.dtype()));
   if (x.numel() == 0) count = 0;
   return mul_scalar(sum(x, axes, keepdim), 1.0 / double(count));
 }
@@ -120,7 +121,7 @@ Tensor max(const Tensor& x, long axis, bool keepdim) {
   Tensor y = dispatch_float("max", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
-    auto out = empty_array<T>(K);
+    auto out = empty_array<T>(K, "max");
     for (std::size_t o = 0; o < s.outer; ++o)
       for (std::size_t r = 0; r < s.inner; ++r) {
         T m = px[o * s.n * s.inner + r];
@@ -205,7 +206,7 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
       throw_error<ShapeError>("broadcast_to", "x ", X, " cannot be broadcast to ", shape);
   Tensor y = dispatch_float("broadcast_to", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    auto out = empty_array<T>(shape);
+    auto out = empty_array<T>(shape, "broadcast_to");
     broadcast_into(value<T>(x).data(), K, out.data(), shape);
     return make_tensor(std::move(out));
   });

@@ -11,7 +11,7 @@ namespace xgrad {
 // y = x viewed as `shape` (a copy);  dx = reshape(g, X). Masks and indices reshape too.
 Tensor reshape(const Tensor& x, const Shape& shape) {
   if (!x.defined()) throw_error<ValueError>("reshape", "argument 'x' is undefined");
-  if (numel(shape) != x.numel())
+  if (check_tensor_size("reshape", shape, x.dtype()) != x.numel())
     throw_error<ShapeError>("reshape", "cannot reshape argument 'x' ", x.shape(), " (", x.numel(), " elements) to ", shape);
   if (shape == x.shape()) return x;
   Tensor y = std::visit(
@@ -20,7 +20,7 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
         v.reshape(shape);
         return make_tensor(std::move(v));
       },
-      *x.impl()->value);
+      static_cast<const ArrayVariant&>(*x.impl()->value));
   return record("reshape", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {reshape(g, n.input(0).shape())};
   });
@@ -60,7 +60,7 @@ Tensor permuted_copy(const char* op, const Tensor& x, const Shape& view, const s
   return dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
-    auto out = empty_array<T>(ys);
+    auto out = empty_array<T>(ys, op);
     T* po = out.data();
     detail::for_each_row(ys, src, src, [&](std::size_t ox, std::size_t, std::size_t oo, std::size_t n,
                                            std::size_t step, std::size_t) {
@@ -94,7 +94,7 @@ Tensor merge_heads(const Tensor& x) {
   Tensor y = permuted_copy("merge_heads", x, s, {0, 2, 1, 3});
   {
     auto& v = *y.impl()->value;
-    std::visit([&](auto& a) { a.reshape({s[0], s[2], s[1] * s[3]}); }, v);
+    std::visit([&](auto& a) { a.reshape({s[0], s[2], s[1] * s[3]}); }, static_cast<ArrayVariant&>(v));
     y.impl()->shape = {s[0], s[2], s[1] * s[3]};
   }
   const std::size_t H = s[1];
@@ -145,7 +145,7 @@ Tensor narrow(const Tensor& x, long axis, std::size_t start, std::size_t length)
   Tensor y = dispatch_float("narrow", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
-    auto out = empty_array<T>(ys);
+    auto out = empty_array<T>(ys, "narrow");
     for (std::size_t o = 0; o < s.outer; ++o)
       std::copy_n(px + (o * s.n + start) * s.inner, length * s.inner,
                   out.data() + o * length * s.inner);
@@ -182,7 +182,7 @@ Tensor unnarrow(const Tensor& x, long axis, std::size_t start, std::size_t size)
   Tensor y = dispatch_float("unnarrow", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
-    xt::xarray<T> out = empty_array<T>(ys);
+    xt::xarray<T> out = empty_array<T>(ys, "unnarrow");
     std::fill(out.begin(), out.end(), T(0));
     for (std::size_t o = 0; o < s.outer; ++o)
       std::copy_n(px + o * m * s.inner, m * s.inner, out.data() + (o * size + start) * s.inner);
@@ -214,7 +214,7 @@ Tensor concat(const std::vector<Tensor>& xs, long axis) {
   const auto s = detail::split_at(ys, ax);
   Tensor y = dispatch_float("concat", xs[0].dtype(), [&](auto zero) {
     using T = decltype(zero);
-    auto out = empty_array<T>(ys);
+    auto out = empty_array<T>(ys, "concat");
     std::size_t offset = 0;
     for (std::size_t k = 0; k < xs.size(); ++k) {
       const T* px = value<T>(xs[k]).data();

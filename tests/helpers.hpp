@@ -130,6 +130,7 @@ inline const char* error_kind(const std::exception& e) {
   if (dynamic_cast<const GraphError*>(&e)) return "GraphError";
   if (dynamic_cast<const IOError*>(&e)) return "IOError";
   if (dynamic_cast<const AnomalyError*>(&e)) return "AnomalyError";
+  if (dynamic_cast<const MemoryError*>(&e)) return "MemoryError";
   if (dynamic_cast<const Error*>(&e)) return "xgrad::Error";
   return "a non-xgrad std::exception";
 }

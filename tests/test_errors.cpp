@@ -350,7 +350,7 @@ BOOST_AUTO_TEST_CASE(item_on_multi_element_tensor) {
 BOOST_AUTO_TEST_CASE(tensor_factory_wrong_number_of_values) {
   CHECK_THROWS(tensor({1, 2, 3, 4, 5}, {2, 3}), ShapeError, "tensor", "5", "(2, 3)");
   CHECK_THROWS(tensor({1, 2}, {}, DType::Float64), ShapeError, "tensor", "2", "()");
-  CHECK_THROWS(bool_tensor({true, false, true}, {2, 2}), ShapeError, "tensor", "3", "(2, 2)");
+  CHECK_THROWS(bool_tensor({true, false, true}, {2, 2}), ShapeError, "bool_tensor", "3", "(2, 2)");
 }
 
 BOOST_AUTO_TEST_CASE(index_tensor_mismatch) {

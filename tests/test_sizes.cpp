@@ -1,0 +1,162 @@
+// Absurd sizes: every allocation whose size a caller's argument decides is checked before
+// anything is allocated (element count against 2^40: ValueError; bytes against
+// max_tensor_bytes(): MemoryError), and the error names the op and the shape. None of these
+// cases allocates: the suite passes under `ulimit -v` of a few GiB. A message from the
+// allocator backstop ("allocate: ...") would mean the op allocated before checking, so each
+// case requires the op's own name first. Empty tensors with huge other dimensions work.
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "helpers.hpp"
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/runtime.hpp"
+#include "xgrad/framework/tensor.hpp"
+#include "xgrad/models/layers.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/index.hpp"
+#include "xgrad/ops/mask.hpp"
+#include "xgrad/ops/matmul.hpp"
+#include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/shape.hpp"
+
+using namespace xgrad;
+
+namespace {
+
+constexpr std::size_t kMax = SIZE_MAX;
+constexpr std::size_t k20 = std::size_t(1) << 20;
+
+template <class E, class F> void expect_error(F&& f, const std::string& op, const std::vector<std::string>& parts) {
+  try {
+    f();
+    BOOST_ERROR("no exception (" << op << ")");
+  } catch (const E& e) {
+    const std::string msg = e.what();
+    BOOST_TEST_INFO("message: " << msg);
+    BOOST_CHECK(msg.rfind(op + ": ", 0) == 0);
+    for (const auto& p : parts) BOOST_CHECK(msg.find(p) != std::string::npos);
+  } catch (const std::exception& e) {
+    BOOST_ERROR("expected " << op << " to throw the documented xgrad error, got " << test::error_kind(e) << ": "
+                            << e.what());
+  }
+}
+
+// Restores the limit when a test changes it.
+struct LimitGuard {
+  std::size_t saved = max_tensor_bytes();
+  ~LimitGuard() { set_max_tensor_bytes(saved); }
+};
+
+// Tests must not depend on the machine's RAM: a fixed limit well below 2^40 bytes.
+struct FixedLimit : LimitGuard {
+  FixedLimit() { set_max_tensor_bytes(std::size_t(64) << 30); }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(sizes)
+
+BOOST_AUTO_TEST_CASE(factories_check_bytes_before_allocating) {
+  FixedLimit limit;
+  const std::string big = "(1099511627776)";
+  expect_error<MemoryError>([] { zeros({std::size_t(1) << 40}); }, "zeros",
+                            {"float32 tensor of shape " + big, "4398046511104 bytes", "max_tensor_bytes() = 68719476736"});
+  expect_error<MemoryError>([] { ones({k20, k20}, DType::Float64); }, "ones", {"float64", "(1048576, 1048576)"});
+  expect_error<MemoryError>([] { full({k20, k20}, 2.0); }, "full", {"(1048576, 1048576)"});
+  Rng rng(1);
+  expect_error<MemoryError>([&] { randn({k20, k20}, rng); }, "randn", {"(1048576, 1048576)"});
+  expect_error<MemoryError>([&] { uniform({k20, k20}, 0, 1, rng); }, "uniform", {"(1048576, 1048576)"});
+  BOOST_TEST((rng == Rng(1)));  // no number drawn
+}
+
+BOOST_AUTO_TEST_CASE(element_count_overflow_is_a_value_error) {
+  expect_error<ValueError>([] { arange(kMax); }, "arange", {"shape (18446744073709551615)", "more than 2^40 elements"});
+  expect_error<ValueError>([] { zeros({kMax, 2}); }, "zeros", {"(18446744073709551615, 2)", "2^40"});
+  expect_error<ValueError>([] { zeros({std::size_t(1) << 32, std::size_t(1) << 32}); }, "zeros", {"2^40"});
+  expect_error<ValueError>([] { tensor({1}, {kMax, kMax}); }, "tensor", {"(18446744073709551615, 18446744073709551615)"});
+}
+
+BOOST_AUTO_TEST_CASE(causal_mask_too_large) {
+  FixedLimit limit;
+  expect_error<MemoryError>([] { causal_mask(k20, k20); }, "causal_mask",
+                            {"bool tensor of shape (1048576, 1048576)", "1099511627776 bytes"});
+  expect_error<ValueError>([] { causal_mask(kMax, 2); }, "causal_mask", {"(18446744073709551615, 2)"});
+}
+
+BOOST_AUTO_TEST_CASE(op_outputs_too_large) {
+  FixedLimit limit;
+  Tensor col = zeros({k20, 1}), row = zeros({1, k20});
+  expect_error<MemoryError>([&] { add(col, row); }, "add", {"(1048576, 1048576)"});
+  expect_error<MemoryError>([&] { mul(col, row); }, "mul", {"(1048576, 1048576)"});
+  expect_error<ValueError>([&] { add(zeros({4 * k20, 1}), zeros({1, 4 * k20})); }, "add", {"(4194304, 4194304)", "2^40"});
+  expect_error<MemoryError>([&] { matmul(col, row); }, "matmul", {"(1048576, 1048576)"});
+  expect_error<MemoryError>([&] { linear(col, zeros({k20, 1})); }, "linear", {"(1048576, 1048576)"});
+  expect_error<MemoryError>([&] { broadcast_to(zeros({1}), {k20, k20}); }, "broadcast_to", {"(1048576, 1048576)"});
+  expect_error<MemoryError>([] { one_hot(index_tensor({0, 1}, {2}), std::size_t(1) << 36); }, "one_hot",
+                            {"(2, 68719476736)"});
+  expect_error<MemoryError>([] { unnarrow(zeros({2}), 0, 0, std::size_t(1) << 38); }, "unnarrow", {"(274877906944)"});
+}
+
+BOOST_AUTO_TEST_CASE(concat_and_reshape_of_huge_empty_tensors) {
+  FixedLimit limit;
+  Tensor e = zeros({0, kMax});  // 0 elements, valid
+  BOOST_TEST(e.numel() == 0u);
+  Tensor c = concat({e, e}, 0);
+  BOOST_TEST((c.shape() == Shape{0, kMax}));
+  Tensor r = reshape(zeros({0, 4}), {kMax, 0});
+  BOOST_TEST((r.shape() == Shape{kMax, 0}));
+  expect_error<ValueError>([] { reshape(zeros({1, 1}), {kMax, 2}); }, "reshape", {"(18446744073709551615, 2)", "2^40"});
+}
+
+BOOST_AUTO_TEST_CASE(sum_over_empty_tensor_with_huge_dimension) {
+  FixedLimit limit;
+  Tensor e = zeros({0, kMax});
+  BOOST_TEST(sum(e).item() == 0.0);
+  Tensor s1 = sum(e, {1});  // (0)
+  BOOST_TEST((s1.shape() == Shape{0}));
+  Tensor m1 = mean(e, {1});
+  BOOST_TEST((m1.shape() == Shape{0}));
+  // Summing away the zero axis would give 2^64-1 zeros: a clear error, not bad_array_new_length.
+  expect_error<ValueError>([&] { sum(e, {0}); }, "sum", {"(18446744073709551615)", "2^40"});
+  expect_error<ValueError>([&] { mean(e, {0}); }, "mean", {"(1, 18446744073709551615)"});
+  Tensor small = zeros({0, 3});
+  BOOST_TEST(test::allclose(sum(small, {0}), {0, 0, 0}));
+}
+
+BOOST_AUTO_TEST_CASE(linear_layer_too_large) {
+  FixedLimit limit;
+  Rng rng(2);
+  // The message names the op that allocates (uniform, the weight's initialiser) and the shape;
+  // naming the layer too is left to models/layers.cpp.
+  expect_error<MemoryError>([&] { Linear(k20, k20, true, rng); }, "uniform", {"(1048576, 1048576)"});
+}
+
+BOOST_AUTO_TEST_CASE(limit_is_settable_and_checked) {
+  LimitGuard guard;
+  BOOST_CHECK_THROW(set_max_tensor_bytes(0), ValueError);
+  set_max_tensor_bytes(1000);
+  BOOST_TEST(max_tensor_bytes() == 1000u);
+  BOOST_CHECK_NO_THROW(zeros({250}));  // exactly 1000 bytes
+  expect_error<MemoryError>([] { zeros({251}); }, "zeros", {"(251)", "1004 bytes", "max_tensor_bytes() = 1000"});
+  Tensor a = zeros({100}), b = zeros({100, 1});
+  expect_error<MemoryError>([&] { add(a, b); }, "add", {"(100, 100)", "40000 bytes"});
+  // Outputs larger than any input: many references to one tensor, a batched product.
+  expect_error<MemoryError>([&] { concat({a, a, a}, 0); }, "concat", {"(300)", "1200 bytes"});
+  Tensor col = zeros({16, 1}), row = zeros({1, 16});
+  expect_error<MemoryError>([&] { matmul(col, row); }, "matmul", {"(16, 16)", "1024 bytes"});
+  BOOST_CHECK_NO_THROW(concat({a, a}, 0));  // 800 bytes
+}
+
+BOOST_AUTO_TEST_CASE(allocator_backstop_is_a_memory_error) {
+  // An xtensor expression evaluated outside the ops' checks still goes through the tensor
+  // allocator, which refuses buffers over the limit with MemoryError (never std::bad_alloc).
+  LimitGuard guard;
+  set_max_tensor_bytes(4096);
+  Tensor m = bool_tensor(std::vector<bool>(64, false), {64});
+  expect_error<MemoryError>([&] { expand_mask("probe", m, {128, 64}); }, "allocate",
+                            {"8192 elements of 1 bytes", "max_tensor_bytes() = 4096"});
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,178 @@
+// Version counter (PyTorch's `_version`): an in-place write to a tensor that a recorded node
+// saved, between the forward and the node's backward, is a GraphError naming the op, the
+// tensor (input index or output, shape, dtype) and both versions; every other use of
+// in-place writes (training loops, writes before the forward) is unaffected.
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "helpers.hpp"
+#include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/tensor.hpp"
+#include "xgrad/models/layers.hpp"
+#include "xgrad/models/module.hpp"
+#include "xgrad/models/optim.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/matmul.hpp"
+#include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/unary.hpp"
+
+using namespace xgrad;
+using test::f64;
+
+namespace {
+
+// Runs f, which must throw GraphError whose message contains every part.
+template <class F> void expect_modified(F&& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    BOOST_ERROR("no exception");
+  } catch (const GraphError& e) {
+    const std::string msg = e.what();
+    BOOST_TEST_INFO("message: " << msg);
+    for (const auto& p : parts) BOOST_CHECK(msg.find(p) != std::string::npos);
+  } catch (const std::exception& e) {
+    BOOST_ERROR("expected GraphError, got " << test::error_kind(e) << ": " << e.what());
+  }
+}
+
+Tensor leaf64(const std::vector<double>& v, const Shape& s) { return f64(v, s).set_requires_grad(true); }
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(version_counter)
+
+BOOST_AUTO_TEST_CASE(versions_count_in_place_writes_per_storage) {
+  Tensor a = f64({1, 2, 3}, {3});
+  BOOST_TEST(a.version() == 0u);
+  a.mutable_data<double>()[0] = 5;
+  BOOST_TEST(a.version() == 1u);
+  (void)a.mutable_raw_data();
+  BOOST_TEST(a.version() == 2u);
+  Tensor d = a.detach();  // shares storage, so shares the counter
+  d.mutable_data<double>()[1] = 7;
+  BOOST_TEST(a.version() == 3u);
+  BOOST_TEST(d.version() == 3u);
+  Tensor c = a.clone();  // new storage
+  BOOST_TEST(c.version() == 0u);
+  (void)a.data<double>();  // reads do not count
+  (void)a.raw_data();
+  BOOST_TEST(a.version() == 3u);
+  a.bump_version();
+  BOOST_TEST(a.version() == 4u);
+}
+
+BOOST_AUTO_TEST_CASE(mutable_data_write_between_forward_and_backward) {
+  Tensor w = leaf64({1, 2, 3}, {3});
+  Tensor x = f64({4, 5, 6}, {3});
+  Tensor loss = sum(mul(x, w));
+  w.mutable_data<double>()[0] = 10;
+  expect_modified([&] { loss.backward(); },
+                  {"backward: op 'mul': input 1 (3) float64 was modified in place after the forward",
+                   "(version saved 0, now 1)"});
+  BOOST_TEST(!w.grad().defined());  // nothing accumulated
+}
+
+BOOST_AUTO_TEST_CASE(write_through_a_detached_handle_is_seen) {
+  Tensor w = leaf64({1, 2}, {2});
+  Tensor loss = sum(mul(w, w));
+  w.detach().mutable_data<double>()[1] = 0;
+  expect_modified([&] { loss.backward(); }, {"op 'mul'", "input 0 (2) float64", "(version saved 0, now 1)"});
+}
+
+BOOST_AUTO_TEST_CASE(output_saved_for_backward_modified) {
+  Tensor x = leaf64({0.5, 1}, {2});
+  Tensor y = exp(x);  // backward uses y
+  y.mutable_data<double>()[0] = 3;
+  expect_modified([&] { sum(y).backward(); }, {"op 'exp': its output (2) float64", "(version saved 0, now 1)"});
+}
+
+BOOST_AUTO_TEST_CASE(optimizer_step_between_forward_and_backward) {
+  Rng rng(3);
+  Linear layer(3, 2, true, rng);
+  layer.to(DType::Float64);
+  SGD opt(layer.named_parameters(), 0.1);
+  Tensor x = f64({1, 2, 3, 4, 5, 6}, {2, 3});
+  sum(layer.forward(x)).backward();  // gradients for the step
+  Tensor loss = sum(layer.forward(x));
+  opt.step();  // writes weight and bias in place
+  expect_modified([&] { loss.backward(); }, {"op 'linear'", "(2, 3) float64", "(version saved 0, now 1)"});
+}
+
+BOOST_AUTO_TEST_CASE(load_parameters_between_forward_and_backward) {
+  Rng rng(4);
+  Linear layer(2, 2, false, rng);
+  layer.to(DType::Float64);
+  NamedTensors saved;
+  for (const auto& p : layer.named_parameters()) saved.push_back({p.first, p.second.clone()});
+  Tensor loss = sum(layer.forward(f64({1, 2}, {1, 2})));
+  layer.load_parameters(saved);
+  expect_modified([&] { loss.backward(); }, {"op 'linear'", "modified in place after the forward"});
+}
+
+BOOST_AUTO_TEST_CASE(grad_function_checks_too) {
+  Tensor w = leaf64({1, 2}, {2});
+  Tensor loss = sum(mul(w, w));
+  w.mutable_data<double>()[0] = 2;
+  expect_modified([&] { grad({loss}, {w}); }, {"op 'mul'", "(version saved 0, now 1)"});
+}
+
+BOOST_AUTO_TEST_CASE(training_loop_unaffected) {
+  Rng rng(5);
+  Linear layer(3, 1, true, rng);
+  layer.to(DType::Float64);
+  Adam opt(layer.named_parameters(), 0.05);
+  Tensor x = f64({1, 0, 2, -1, 1, 0.5}, {2, 3});
+  const std::uint64_t v0 = layer.weight.version();
+  double first = 0, last = 0;
+  for (int step = 0; step < 20; ++step) {
+    opt.zero_grad();
+    Tensor y = layer.forward(x);
+    Tensor loss = sum(mul(y, y));
+    BOOST_REQUIRE_NO_THROW(loss.backward());
+    BOOST_REQUIRE_NO_THROW(opt.step());
+    (step == 0 ? first : last) = loss.item();
+  }
+  BOOST_TEST(last < first);
+  BOOST_TEST(layer.weight.version() == v0 + 20);  // one bump per step
+}
+
+BOOST_AUTO_TEST_CASE(writes_before_the_forward_unaffected) {
+  Tensor w = leaf64({1, 2, 3}, {3});
+  {
+    NoGradGuard no_grad;
+    w.mutable_data<double>()[2] = 4;  // initialisation, e.g. a custom init
+  }
+  w.mutable_data<double>()[1] = 5;  // also outside any graph holding w
+  Tensor loss = sum(mul(w, w));
+  BOOST_REQUIRE_NO_THROW(loss.backward());
+  BOOST_TEST(test::allclose(w.grad(), {2, 10, 8}));
+}
+
+BOOST_AUTO_TEST_CASE(retain_graph_double_backward_unaffected) {
+  Tensor w = leaf64({1, 2}, {2});
+  Tensor loss = sum(mul(w, w));
+  loss.backward(Tensor(), /*retain_graph=*/true);
+  BOOST_REQUIRE_NO_THROW(loss.backward());
+  BOOST_TEST(test::allclose(w.grad(), {4, 8}));
+}
+
+BOOST_AUTO_TEST_CASE(write_after_a_retained_backward_is_caught_on_the_next) {
+  Tensor w = leaf64({1, 2}, {2});
+  Tensor loss = sum(mul(w, w));
+  loss.backward(Tensor(), /*retain_graph=*/true);
+  w.mutable_data<double>()[0] = 3;
+  expect_modified([&] { loss.backward(); }, {"op 'mul'", "(version saved 0, now 1)"});
+}
+
+BOOST_AUTO_TEST_CASE(create_graph_second_order_unaffected) {
+  Tensor x = leaf64({0.5, -1}, {2});
+  Tensor y = sum(mul(mul(x, x), x));  // d/dx = 3x^2, d2/dx2 summed: 6x
+  std::vector<Tensor> g = grad({y}, {x}, {}, GradOptions{false, true, false});
+  BOOST_REQUIRE_NO_THROW(sum(g[0]).backward());
+  BOOST_TEST(test::allclose(x.grad(), {3.0, -6.0}));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
