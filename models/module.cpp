@@ -87,6 +87,10 @@ void Module::to(DType dtype) {
     const Tensor& c = converted[i++];
     if (!c.defined()) continue;
     slot->zero_grad();
+    // The new storage continues the old version count, one write later: a graph recorded
+    // before the conversion refuses to backward through it (version counter) instead of
+    // mixing dtypes.
+    c.impl()->value->version = slot->impl()->value->version + 1;
     slot->impl()->value = c.impl()->value;
     slot->impl()->dtype = dtype;
   }

@@ -98,7 +98,18 @@ BOOST_AUTO_TEST_CASE(optimizer_step_between_forward_and_backward) {
   sum(layer.forward(x)).backward();  // gradients for the step
   Tensor loss = sum(layer.forward(x));
   opt.step();  // writes weight and bias in place
-  expect_modified([&] { loss.backward(); }, {"op 'linear'", "(2, 3) float64", "(version saved 0, now 1)"});
+  // to() above counts as one write (the parameters got new storage): saved 1, now 2.
+  expect_modified([&] { loss.backward(); }, {"op 'linear'", "(2, 3) float64", "(version saved 1, now 2)"});
+}
+
+// Module::to converts in place: a graph recorded before refuses to backward through the
+// converted parameters instead of mixing dtypes.
+BOOST_AUTO_TEST_CASE(module_to_between_forward_and_backward) {
+  Rng rng(5);
+  Linear layer(3, 2, true, rng);
+  Tensor loss = sum(layer.forward(ones({2, 3})));
+  layer.to(DType::Float64);
+  expect_modified([&] { loss.backward(); }, {"op 'linear'", "modified in place after the forward", "(version saved 0, now 1)"});
 }
 
 BOOST_AUTO_TEST_CASE(load_parameters_between_forward_and_backward) {
