@@ -59,8 +59,22 @@ AttentionMasks pad_keys(AttentionMasks m, std::size_t n, std::size_t T, std::siz
 
 }  // namespace
 
+// Every parameter's size, checked before out_proj (a member) allocates anything, so an
+// absurd embed_dim / kdim / vdim fails naming MultiHeadAttention and the parameter.
+static const MultiHeadAttentionOptions& checked_sizes(const MultiHeadAttentionOptions& o) {
+  const std::size_t E = o.embed_dim();
+  check_parameter_size("MultiHeadAttention", "out_proj.weight", "(embed_dim, embed_dim)", {E, E});
+  if (o.kdim() == E && o.vdim() == E) {
+    check_parameter_size("MultiHeadAttention", "in_proj_weight", "(3 * embed_dim, embed_dim)", {3 * E, E});
+  } else {
+    check_parameter_size("MultiHeadAttention", "k_proj_weight", "(embed_dim, kdim)", {E, o.kdim()});
+    check_parameter_size("MultiHeadAttention", "v_proj_weight", "(embed_dim, vdim)", {E, o.vdim()});
+  }
+  return o;
+}
+
 MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o, Rng& rng)
-    : options(o),
+    : options(checked_sizes(o)),
       embed_dim(o.embed_dim()),
       num_heads(o.num_heads()),
       head_dim(o.embed_dim() / o.num_heads()),

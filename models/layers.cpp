@@ -8,8 +8,9 @@
 namespace xgrad {
 
 std::size_t check_count(const char* module, const char* arg, Count n, std::size_t min) {
-  if (n.value() < 0 || n.size() < min)
-    throw_error<ValueError>(module, "argument '", arg, "' must be >= ", min, ", got ", n.value());
+  if (n.negative() || n.size() < min)
+    throw_error<ValueError>(module, "argument '", arg, "' must be >= ", min, ", got ", n.negative() ? "-" : "",
+                            n.magnitude());
   return n.size();
 }
 
@@ -18,9 +19,15 @@ double check_dropout(const char* module, const char* arg, double p) {
   return p;
 }
 
+void check_parameter_size(const char* module, const char* param, const char* dims, const Shape& shape) {
+  const std::string op = std::string(module) + ": parameter '" + param + "' " + dims;
+  check_tensor_size(op.c_str(), shape, DType::Float32);
+}
+
 Linear::Linear(Count in_features, Count out_features, bool has_bias, Rng& rng) {
   const std::size_t in = check_count("Linear", "in_features", in_features);
   const std::size_t out = check_count("Linear", "out_features", out_features);
+  check_parameter_size("Linear", "weight", "(out_features, in_features)", {out, in});
   const double bound = 1.0 / std::sqrt(double(in));
   weight = uniform({out, in}, -bound, bound, rng);
   register_parameter("weight", &weight);
@@ -46,6 +53,7 @@ Embedding::Embedding(Count num, Count dim, Rng& rng) : Embedding(EmbeddingOption
 Embedding::Embedding(const EmbeddingOptions& o, Rng& rng)
     : has_padding_idx(o.has_padding_idx()), padding_idx(o.padding_idx()) {
   const std::size_t num = o.num_embeddings(), dim = o.dim();
+  check_parameter_size("Embedding", "weight", "(num_embeddings, dim)", {num, dim});
   std::vector<double> w = randn({num, dim}, rng).to_vector();
   if (has_padding_idx) std::fill_n(w.begin() + std::ptrdiff_t(padding_idx * dim), dim, 0.0);
   weight = tensor(w, {num, dim});
@@ -73,6 +81,7 @@ LayerNorm::LayerNorm(Count dim, double eps_) : LayerNorm(LayerNormOptions(dim).e
 
 LayerNorm::LayerNorm(const LayerNormOptions& o) : eps(o.eps()) {
   if (!o.elementwise_affine()) return;
+  check_parameter_size("LayerNorm", "weight", "(dim)", {o.dim()});
   weight = ones({o.dim()});
   register_parameter("weight", &weight);
   if (o.bias()) {
@@ -117,6 +126,7 @@ static void check_positions(const char* op, const Tensor& x, const Shape& table)
 LearnedPositionalEncoding::LearnedPositionalEncoding(Count max_len_, Count dim_, Rng& rng) {
   const std::size_t max_len = check_count("LearnedPositionalEncoding", "max_len", max_len_);
   const std::size_t dim = check_count("LearnedPositionalEncoding", "dim", dim_);
+  check_parameter_size("LearnedPositionalEncoding", "weight", "(max_len, dim)", {max_len, dim});
   weight = randn({max_len, dim}, rng);
   register_parameter("weight", &weight);
 }
@@ -128,6 +138,7 @@ Tensor LearnedPositionalEncoding::forward(const Tensor& x) const {
 SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(Count max_len_, Count dim_) {
   const std::size_t max_len = check_count("SinusoidalPositionalEncoding", "max_len", max_len_);
   const std::size_t dim = check_count("SinusoidalPositionalEncoding", "dim", dim_);
+  check_parameter_size("SinusoidalPositionalEncoding", "table", "(max_len, dim)", {max_len, dim});
   std::vector<double> pe(max_len * dim);
   for (std::size_t t = 0; t < max_len; ++t)
     for (std::size_t i = 0; i < dim; ++i) {

@@ -18,22 +18,32 @@ namespace xgrad {
 class Count {
  public:
   template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
-  constexpr Count(T v) : v_(0) {  // implicit: Linear(4, 8, true, rng)
-    if constexpr (std::is_signed_v<T>) v_ = static_cast<long long>(v);
-    else v_ = static_cast<unsigned long long>(v) > static_cast<unsigned long long>(LLONG_MAX) ? LLONG_MAX
-                                                                                               : static_cast<long long>(v);
+  constexpr Count(T v) {  // implicit: Linear(4, 8, true, rng)
+    if constexpr (std::is_signed_v<T>) {
+      negative_ = v < 0;
+      magnitude_ = negative_ ? 0 - static_cast<unsigned long long>(v) : static_cast<unsigned long long>(v);
+    } else {
+      magnitude_ = static_cast<unsigned long long>(v);
+    }
   }
-  constexpr long long value() const { return v_; }
-  constexpr std::size_t size() const { return v_ < 0 ? 0 : static_cast<std::size_t>(v_); }
+  constexpr bool negative() const { return negative_; }
+  constexpr unsigned long long magnitude() const { return magnitude_; }  // |value|, exactly
+  constexpr std::size_t size() const { return negative_ ? 0 : static_cast<std::size_t>(magnitude_); }
 
  private:
-  long long v_;
+  bool negative_ = false;
+  unsigned long long magnitude_ = 0;
 };
 
 // ValueError "<module>: argument '<arg>' must be >= <min>, got <n>" unless n >= min; returns n.
 std::size_t check_count(const char* module, const char* arg, Count n, std::size_t min = 1);
 // ValueError naming module and arg unless 0 <= p < 1 (a dropout probability).
 double check_dropout(const char* module, const char* arg, double p);
+// Before a module allocates the float parameter `param` of `shape` (sizes the user chose):
+// check_tensor_size with "module: parameter 'param' (what the dims are)" as the op, so an
+// absurd size fails naming the module, the parameter and the shape (ValueError over 2^40
+// elements, MemoryError over max_tensor_bytes()).
+void check_parameter_size(const char* module, const char* param, const char* dims, const Shape& shape);
 
 // Enables a deleted overload for every non-bool B, so a flag is taken from a bool only
 // (Linear(4, 8, 0.5, rng) picks the deleted overload instead of converting 0.5 to true).

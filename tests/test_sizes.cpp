@@ -13,6 +13,7 @@
 #include "xgrad/framework/errors.hpp"
 #include "xgrad/framework/runtime.hpp"
 #include "xgrad/framework/tensor.hpp"
+#include "xgrad/models/attention.hpp"
 #include "xgrad/models/layers.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/index.hpp"
@@ -128,9 +129,28 @@ BOOST_AUTO_TEST_CASE(sum_over_empty_tensor_with_huge_dimension) {
 BOOST_AUTO_TEST_CASE(linear_layer_too_large) {
   FixedLimit limit;
   Rng rng(2);
-  // The message names the op that allocates (uniform, the weight's initialiser) and the shape;
-  // naming the layer too is left to models/layers.cpp.
-  expect_error<MemoryError>([&] { Linear(k20, k20, true, rng); }, "uniform", {"(1048576, 1048576)"});
+  // The layer checks its parameter before the initialiser allocates: the message names the
+  // module, the parameter and the shape.
+  expect_error<MemoryError>([&] { Linear(k20, k20, true, rng); }, "Linear",
+                            {"parameter 'weight' (out_features, in_features)", "(1048576, 1048576)"});
+}
+
+// The messages that did not name the module or the argument (size_t(-1) and
+// size_t(-8) wrapped; they are reported as given).
+BOOST_AUTO_TEST_CASE(absurd_module_sizes_name_the_module_and_parameter) {
+  Rng rng(3);
+  expect_error<ValueError>([&] { MultiHeadAttention m(MultiHeadAttentionOptions(std::size_t(-1), 1), rng); },
+                           "MultiHeadAttention",
+                           {"parameter 'out_proj.weight' (embed_dim, embed_dim)", "18446744073709551615", "2^40"});
+  expect_error<ValueError>([&] { Embedding e(std::size_t(-8), 4, rng); }, "Embedding",
+                           {"parameter 'weight' (num_embeddings, dim)", "(18446744073709551608, 4)"});
+  expect_error<ValueError>([&] { MultiHeadAttention m(MultiHeadAttentionOptions(8, 2).kdim(std::size_t(1) << 40), rng); },
+                           "MultiHeadAttention", {"parameter 'k_proj_weight' (embed_dim, kdim)", "(8, 1099511627776)"});
+  expect_error<ValueError>([&] { LearnedPositionalEncoding p(std::size_t(1) << 39, 4, rng); }, "LearnedPositionalEncoding",
+                           {"parameter 'weight' (max_len, dim)"});
+  expect_error<ValueError>([&] { SinusoidalPositionalEncoding p(std::size_t(1) << 39, 4); }, "SinusoidalPositionalEncoding",
+                           {"parameter 'table' (max_len, dim)"});
+  expect_error<ValueError>([&] { LayerNorm l(std::size_t(1) << 41); }, "LayerNorm", {"parameter 'weight' (dim)"});
 }
 
 BOOST_AUTO_TEST_CASE(limit_is_settable_and_checked) {
