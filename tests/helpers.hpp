@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 #include <stdlib.h>  // mkdtemp
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <iterator>
 #include <random>
 #include <string>
+#include <vector>
 #include <sstream>
 
 // Only what the helpers themselves use: each test file includes the headers of what it tests,
@@ -144,10 +146,15 @@ inline void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(bytes.data(), std::streamsize(bytes.size()));
 }
+// A safetensors file from a header text and data bytes.
+inline std::string st_file(const std::string& header, const std::string& data = "");
 inline std::string le64(std::uint64_t n) {  // 8 little-endian bytes (safetensors header length)
   std::string s(8, '\0');
   for (std::size_t i = 0; i < 8; ++i) s[i] = char((n >> (8 * i)) & 0xff);
   return s;
+}
+inline std::string st_file(const std::string& header, const std::string& data) {
+  return le64(header.size()) + header + data;
 }
 
 // `ts` with the tensor named `name` replaced by t / left out.
@@ -222,6 +229,12 @@ struct TmpDir {
   TmpDir(const TmpDir&) = delete;
   TmpDir& operator=(const TmpDir&) = delete;
   std::string operator/(const std::string& name) const { return (path / name).string(); }
+  std::vector<std::string> entries() const {  // file names, sorted
+    std::vector<std::string> out;
+    for (auto& e : std::filesystem::directory_iterator(path)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
 };
 
 }  // namespace xgrad::test

@@ -4,6 +4,7 @@
 // function name, argument name, shapes), and, for stateful cases, that the fingerprint
 // (raw bytes of every parameter, optimizer state and step counts) is bit-identical before and
 // after the failed call: a rejected optimizer step or a failed load changes nothing.
+#include <sys/stat.h>  // mkfifo
 #include <unistd.h>
 
 #include <cmath>
@@ -37,6 +38,8 @@
 #include "xgrad/ops/unary.hpp"
 
 using namespace xgrad;
+using test::st_file;
+using test::TmpDir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -76,24 +79,6 @@ std::string fingerprint(const Optimizer& o) {
 
 // --- files -------------------------------------------------------------------------------------
 
-std::string st_file(const std::string& header, const std::string& data) {
-  return test::le64(header.size()) + header + data;
-}
-
-struct TmpDir {
-  fs::path path;
-  TmpDir() {
-    std::string tmpl = (fs::temp_directory_path() / "xgrad_bad_inputs_XXXXXX").string();
-    char* p = ::mkdtemp(tmpl.data());
-    if (!p) throw std::runtime_error("mkdtemp failed");
-    path = p;
-  }
-  ~TmpDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 // --- models -------------------------------------------------------------------------------------
 
@@ -539,6 +524,35 @@ BOOST_AUTO_TEST_CASE(table) {
                                          std::string("\x01\x02", 2))),
                 true),
       "IOError", {"bool2", "'m'", "BOOL byte 2"}, ck_state);
+  // Hostile files (issue 14): bounded depth, repeated fields, NUL bytes, FIFOs, NUL in the path.
+  {
+    std::string deep = R"({"w":{"dtype":"F32","shape":)";
+    for (int i = 0; i < 80000; ++i) deep += '[';
+    deep += '2';
+    for (int i = 0; i < 80000; ++i) deep += ']';
+    deep += R"(,"data_offsets":[0,24]}})";
+    push("load_checkpoint: shape nested 80,000 levels deep", load_into(variant("deep", st_file(deep, std::string(24, '\0'))), true),
+         "IOError", {"deep", "nests deeper than 3 levels", "'w'"}, ck_state);
+  }
+  push("load_checkpoint: a field repeated inside one tensor entry",
+       load_into(variant("repeat", st_file(R"({"w":{"dtype":"F32","shape":[2,3],"shape":[6],"data_offsets":[0,24]}})",
+                                           std::string(24, '\0'))),
+                 true),
+       "IOError", {"repeat", "'w' names the field 'shape' more than once"}, ck_state);
+  push("load_checkpoint: bytes after a NUL inside the header",
+       load_into(variant("nul", st_file(std::string(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}})") +
+                                            std::string("\0junk!!", 7),
+                                        std::string(24, '\0'))),
+                 true),
+       "IOError", {"nul", "NUL byte at offset"}, ck_state);
+  {
+    const std::string fifo = dir / "fifo.safetensors";
+    if (::mkfifo(fifo.c_str(), 0600) == 0)
+      push("load_checkpoint: a FIFO with no writer (used to block forever)", load_into(fifo, true), "IOError",
+           {"fifo.safetensors", "not a regular file (a FIFO)"}, ck_state);
+  }
+  push("load_checkpoint: a path with an embedded NUL byte", load_into(good + std::string("\0.x", 3), true), "IOError",
+       {"the path contains a NUL byte"}, ck_state);
 
   auto saved = [&](const std::string& name, const NamedTensors& ts) {
     const std::string p = dir / name;
@@ -583,6 +597,24 @@ BOOST_AUTO_TEST_CASE(table) {
       if (e.first != "optimizer.step") ts.push_back(e);
     push("load_checkpoint: optimizer 'step' missing", load_into(saved("opt_nostep", ts), true), "IOError",
         {"load_checkpoint", "opt_nostep", "'step'", "nothing was loaded"}, ck_state);
+  }
+  {  // a crafted step counter: the next Adam step used to overflow and write NaN everywhere
+    NamedTensors ts{{"w", f32({2, 3})}, {"b", f32({3})}};
+    for (auto e : good_opt) {
+      if (e.first == "optimizer.step") e.second = index_tensor({INT64_MAX}, {});
+      ts.push_back(e);
+    }
+    push("load_checkpoint: optimizer step INT64_MAX", load_into(saved("opt_step_max", ts), true), "IOError",
+        {"load_checkpoint", "opt_step_max", "'step' must be in [0, 2^53]", "nothing was loaded"}, ck_state);
+  }
+  {
+    NamedTensors ts{{"w", f32({2, 3})}, {"b", f32({3})}};
+    for (auto e : good_opt) {
+      if (e.first == "optimizer.exp_avg_sq.w") e.second = full({2, 3}, -1.0);
+      ts.push_back(e);
+    }
+    push("load_checkpoint: negative exp_avg_sq", load_into(saved("opt_neg_sq", ts), true), "IOError",
+        {"load_checkpoint", "opt_neg_sq", "'exp_avg_sq.w'", "negative value -1", "nothing was loaded"}, ck_state);
   }
   push("load_checkpoint: model-only load of a truncated file",
       load_into(variant("td2", good_bytes.substr(0, good_bytes.size() / 2)), false), "IOError",

@@ -29,32 +29,12 @@
 
 using namespace xgrad;
 using test::same_bits;
+using test::TmpDir;
+using test::st_file;
 namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed at the end of the test.
-struct TmpDir {
-  fs::path path;
-  TmpDir() {
-    std::string tmpl = (fs::temp_directory_path() / "xgrad_ckpt_XXXXXX").string();
-    char* p = ::mkdtemp(tmpl.data());
-    BOOST_REQUIRE(p != nullptr);
-    path = p;
-  }
-  ~TmpDir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-};
 
 // w (2, 2) and b (2), of one float dtype.
 struct Tiny : Module {
@@ -106,10 +86,6 @@ NamedTensors snapshot(const Module& m) {
   return out;
 }
 
-// A safetensors file from a header text and data bytes.
-std::string st_file(const std::string& header, const std::string& data) {
-  return test::le64(header.size()) + header + data;
-}
 template <class T> std::string bytes_of(const std::vector<T>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }

@@ -20,14 +20,11 @@
 
 using namespace xgrad;
 using test::TmpDir;
+using test::st_file;
 
 namespace {
 
 Tensor int_scalar(std::int64_t v) { return index_tensor({v}, {}); }
-
-std::string st_file(const std::string& header, const std::string& data = "") {
-  return test::le64(header.size()) + header + data;
-}
 
 // load_safetensors(path) must throw IOError whose message holds every part.
 void expect_refused(const std::string& path, const std::vector<std::string>& parts,
