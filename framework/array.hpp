@@ -123,10 +123,16 @@ template <class T> Tensor make_tensor(xt::xarray<T>&& a, Shape&& shape = {}) {
   return Tensor(std::move(impl));
 }
 // A new, uninitialised tensor of the given shape, checked first by check_tensor_size(op, ...)
-// (ValueError past 2^40 elements, MemoryError past max_tensor_bytes()).
+// (ValueError past 2^40 elements, MemoryError past max_tensor_bytes()). A genuine
+// out-of-memory under the limit is a MemoryError naming op and shape too.
 template <class T> xt::xarray<T> empty_array(const Shape& shape, const char* op = "empty") {
   check_tensor_size(op, shape, dtype_of<T>());
-  return xt::xarray<T>::from_shape(shape);
+  try {
+    return xt::xarray<T>::from_shape(shape);
+  } catch (const MemoryError& e) {
+    throw_error<MemoryError>(op, "out of memory for a ", dtype_name(dtype_of<T>()), " tensor of shape ", shape,
+                             " (", e.what(), ")");
+  }
 }
 
 // Calls f(T{}) with T = float or double according to dtype; DTypeError otherwise.

@@ -4,6 +4,10 @@
 // cases allocates: the suite passes under `ulimit -v` of a few GiB. A message from the
 // allocator backstop ("allocate: ...") would mean the op allocated before checking, so each
 // case requires the op's own name first. Empty tensors with huge other dimensions work.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <exception>
 #include <string>
@@ -151,6 +155,44 @@ BOOST_AUTO_TEST_CASE(absurd_module_sizes_name_the_module_and_parameter) {
   expect_error<ValueError>([&] { SinusoidalPositionalEncoding p(std::size_t(1) << 39, 4); }, "SinusoidalPositionalEncoding",
                            {"parameter 'table' (max_len, dim)"});
   expect_error<ValueError>([&] { LayerNorm l(std::size_t(1) << 41); }, "LayerNorm", {"parameter 'weight' (dim)"});
+}
+
+// A genuine out-of-memory under max_tensor_bytes() (here: the address space limited to 1 GiB
+// in a forked child) is a MemoryError naming the op and the shape, not std::bad_alloc.
+// Skipped under sanitizers, whose shadow memory needs more address space than that.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define XGRAD_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define XGRAD_TEST_SANITIZED 1
+#endif
+#endif
+BOOST_AUTO_TEST_CASE(genuine_out_of_memory_is_a_memory_error_naming_the_op) {
+#ifdef XGRAD_TEST_SANITIZED
+  BOOST_TEST_MESSAGE("skipped under a sanitizer");
+#else
+  const pid_t pid = ::fork();
+  BOOST_TEST_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    struct rlimit lim {std::size_t(1) << 30, std::size_t(1) << 30};
+    if (::setrlimit(RLIMIT_AS, &lim) != 0) ::_exit(10);
+    set_max_tensor_bytes(std::size_t(1) << 40);
+    try {
+      zeros({std::size_t(1) << 29});  // 2 GiB of float32: under the limit, over the address space
+      ::_exit(11);
+    } catch (const MemoryError& e) {
+      const std::string m = e.what();
+      ::_exit(m.rfind("zeros: out of memory for a float32 tensor of shape (536870912)", 0) == 0 ? 0 : 12);
+    } catch (...) {
+      ::_exit(13);
+    }
+  }
+  int status = 0;
+  BOOST_TEST_REQUIRE(::waitpid(pid, &status, 0) == pid);
+  BOOST_TEST_REQUIRE(WIFEXITED(status));
+  BOOST_TEST(WEXITSTATUS(status) == 0, "child exit " << WEXITSTATUS(status)
+                                                     << " (10 setrlimit failed, 11 no error, 12 wrong message, 13 not MemoryError)");
+#endif
 }
 
 BOOST_AUTO_TEST_CASE(limit_is_settable_and_checked) {
