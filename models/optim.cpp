@@ -184,8 +184,9 @@ void Optimizer::validate_state_dict(const NamedTensors& state) const {
       if (t.shape() != p.shape())
         throw_error<ShapeError>(op, "entry '", entry, "' has shape ", t.shape(), " but parameter '",
                                 params_[param].first, "' has shape ", p.shape());
+      const Tensor& buffer = t;  // a reference: clang 14 cannot capture the structured binding itself
       const std::size_t bad =
-          dispatch_float(op.c_str(), t.dtype(), [&](auto zero) { return first_non_finite<decltype(zero)>(t); });
+          dispatch_float(op.c_str(), t.dtype(), [&](auto zero) { return first_non_finite<decltype(zero)>(buffer); });
       if (bad < t.numel())
         throw_error<ValueError>(op, "entry '", entry, "' ", t.shape(), " has the non-finite value ", t.to_vector()[bad],
                                 " at flat index ", bad);
