@@ -9,7 +9,7 @@
 //      optimizer, with SGD (momentum) and with AdamW: the only exception allowed is IOError
 //      (always thrown when step 1 threw), and on IOError the parameters and the optimizer
 //      state must be unchanged (bit for bit). On success the parameters and the optimizer
-//      state must equal the file's entries.
+//      state must equal the file's entries converted to float32 (the parameters' dtype).
 // Anything else prints what went wrong and aborts, which libFuzzer reports as a crash.
 #include <fcntl.h>
 #include <unistd.h>
@@ -155,7 +155,7 @@ Snapshot snapshot(const Module& m, const Optimizer* opt) {
 struct Model {
   Rng rng{1234};
   Linear linear{2, 3, true, rng};
-  SGD sgd{linear.named_parameters(), 0.1, 0.9};
+  SGD sgd{linear.named_parameters(), SGDOptions(0.1).momentum(0.9)};
   AdamW adamw{linear.named_parameters()};
   NamedTensors initial_params;  // deep copies
   NamedTensors sgd_initial, adamw_initial;
@@ -201,11 +201,15 @@ void try_checkpoint(const std::string& path, Optimizer* opt, const char* label, 
     return;
   }
   if (!file_ok) fail(std::string("load_checkpoint (") + label + ") accepted a file load_safetensors rejects");
-  // Loaded: the parameters are the file's tensors, the optimizer state its optimizer.* entries.
+  // Loaded: the parameters are the file's tensors, the optimizer state its optimizer.* entries,
+  // floating tensors converted to the parameters' dtype (float32: the Linear's parameters,
+  // hence its optimizer buffers, are float32; F64 / F16 / BF16 entries load converted).
   std::map<std::string, std::string> in_file, opt_in_file;
   for (const auto& [name, t] : file->tensors) {
-    in_file[name] = fingerprint(t);
-    if (name.compare(0, 10, "optimizer.") == 0) opt_in_file[name.substr(10)] = fingerprint(t);
+    const bool floating = t.dtype() == DType::Float32 || t.dtype() == DType::Float64;
+    const std::string fp = fingerprint(floating ? t.to(DType::Float32) : t);
+    in_file[name] = fp;
+    if (name.compare(0, 10, "optimizer.") == 0) opt_in_file[name.substr(10)] = fp;
   }
   for (const auto& [name, fp] : after.params) {
     auto it = in_file.find(name);
