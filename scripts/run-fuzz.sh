@@ -3,6 +3,8 @@
 # library instrumented too) in build-fuzz/ and runs each one for SECONDS (default 60) on a
 # copy of its committed seed corpus (tests/fuzz/corpus/<name>/; the repository is never
 # modified). Exits non-zero on any crash, leak or sanitizer report, or a build failure.
+# A target with a dictionary tests/fuzz/<name>.dict gets it (-dict=); fuzz_safetensors has
+# one (JSON / safetensors tokens) and a structure-aware custom mutator built in.
 #
 #   bash scripts/run-fuzz.sh [SECONDS]
 #
@@ -82,11 +84,17 @@ for target in "${TARGETS[@]}"; do
   mkdir -p "$corpus"
   cp -R "tests/fuzz/corpus/$name/." "$corpus/"
   log="$RUN/$target.log"
-  echo "== $target: ${DURATION}s on a copy of tests/fuzz/corpus/$name ($(ls "$corpus" | wc -l) seeds)"
+  dict_args=()
+  dict_note=""
+  if [ -f "tests/fuzz/$name.dict" ]; then
+    dict_args=(-dict="$ROOT/tests/fuzz/$name.dict")
+    dict_note=", dictionary tests/fuzz/$name.dict"
+  fi
+  echo "== $target: ${DURATION}s on a copy of tests/fuzz/corpus/$name ($(ls "$corpus" | wc -l) seeds$dict_note)"
   set +e
   TMPDIR="$SCRATCH" "$ROOT/$BUILD/tests/fuzz/$target" \
     -max_total_time="$DURATION" -rss_limit_mb=4096 -timeout=60 -print_final_stats=1 \
-    -artifact_prefix="$RUN/artifacts/$target-" "$corpus" >"$log" 2>&1
+    ${dict_args[@]+"${dict_args[@]}"} -artifact_prefix="$RUN/artifacts/$target-" "$corpus" >"$log" 2>&1
   rc=$?
   set -e
   execs=$(grep -a 'stat::number_of_executed_units:' "$log" | tail -n 1 | awk '{print $2}')

@@ -2,23 +2,40 @@
 //
 // Each input is written, as is, to a per-process file under $TMPDIR (default /tmp), then
 //   1. load_safetensors: the only exception allowed is xgrad::IOError. On success the
-//      result is checked (unique names, shapes and dtypes consistent, BOOL values 0/1),
-//      saved again with save_safetensors, reloaded, and must be equal: same names in the
-//      same order, dtypes, shapes, bytes and metadata.
+//      result is checked (unique names, shapes and dtypes consistent, BOOL values 0/1, the
+//      tensors' bytes at most twice the file's: F16 / BF16 load as Float32), saved again
+//      with save_safetensors, reloaded, and must be equal: same names in the same order,
+//      dtypes, shapes, bytes and metadata.
 //   2. load_checkpoint into a Linear(2, 3) (float32 "weight" (3, 2), "bias" (3)), without an
 //      optimizer, with SGD (momentum) and with AdamW: the only exception allowed is IOError
 //      (always thrown when step 1 threw), and on IOError the parameters and the optimizer
 //      state must be unchanged (bit for bit). On success the parameters and the optimizer
-//      state must equal the file's entries.
+//      state must equal the file's entries converted to float32 (the parameters' dtype).
 // Anything else prints what went wrong and aborts, which libFuzzer reports as a crash.
+//
+// Structure-aware mode (always on; scripts/run-fuzz.sh also passes -dict=safetensors.dict,
+// JSON and safetensors tokens): LLVMFuzzerCustomMutator splits an input into
+//   [u64 little-endian header length n][n bytes of JSON header][data section]
+// and, 3 times in 4, mutates that structure (1-3 changes): nests a value 1..100000 levels
+// deep in [ ] or {"k": } (as deep as MaxSize allows: ~2000 levels at libFuzzer's default
+// -max_len of 4096), repeats a field / a tensor entry, deletes one, sets a number to a limit (2^64-1,
+// 2^63, -1, 2^40, 1e308, ...), inserts NUL bytes or "\u0000", swaps dtype strings (F32, F16,
+// BF16, BOOL, I64, F64, unknown ones), runs libFuzzer's own mutator on the header text alone,
+// or resizes the data section (to the end the largest data_offsets names, or at random).
+// The length prefix is rewritten to match the new header, except 1 time in 16 when it is
+// set off on purpose (+-1, 0, 2^63, 2^64-1, the file size). The other time in 4, and when
+// the result would not fit in MaxSize, it is libFuzzer's mutator on the whole input.
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -155,7 +172,7 @@ Snapshot snapshot(const Module& m, const Optimizer* opt) {
 struct Model {
   Rng rng{1234};
   Linear linear{2, 3, true, rng};
-  SGD sgd{linear.named_parameters(), 0.1, 0.9};
+  SGD sgd{linear.named_parameters(), SGDOptions(0.1).momentum(0.9)};
   AdamW adamw{linear.named_parameters()};
   NamedTensors initial_params;  // deep copies
   NamedTensors sgd_initial, adamw_initial;
@@ -201,11 +218,15 @@ void try_checkpoint(const std::string& path, Optimizer* opt, const char* label, 
     return;
   }
   if (!file_ok) fail(std::string("load_checkpoint (") + label + ") accepted a file load_safetensors rejects");
-  // Loaded: the parameters are the file's tensors, the optimizer state its optimizer.* entries.
+  // Loaded: the parameters are the file's tensors, the optimizer state its optimizer.* entries,
+  // floating tensors converted to the parameters' dtype (float32: the Linear's parameters,
+  // hence its optimizer buffers, are float32; F64 / F16 / BF16 entries load converted).
   std::map<std::string, std::string> in_file, opt_in_file;
   for (const auto& [name, t] : file->tensors) {
-    in_file[name] = fingerprint(t);
-    if (name.compare(0, 10, "optimizer.") == 0) opt_in_file[name.substr(10)] = fingerprint(t);
+    const bool floating = t.dtype() == DType::Float32 || t.dtype() == DType::Float64;
+    const std::string fp = fingerprint(floating ? t.to(DType::Float32) : t);
+    in_file[name] = fp;
+    if (name.compare(0, 10, "optimizer.") == 0) opt_in_file[name.substr(10)] = fp;
   }
   for (const auto& [name, fp] : after.params) {
     auto it = in_file.find(name);
@@ -275,4 +296,264 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try_checkpoint(g_input_path, &g_model->sgd, "SGD", ok, ok ? &file : nullptr);
   try_checkpoint(g_input_path, &g_model->adamw, "AdamW", ok, ok ? &file : nullptr);
   return 0;
+}
+
+// --- structure-aware mutator ---------------------------------------------------------------
+
+extern "C" size_t LLVMFuzzerMutate(std::uint8_t* data, size_t size, size_t max_size);
+
+namespace {
+
+using Rand = std::mt19937_64;
+
+std::size_t pick(Rand& rng, std::size_t n) { return n == 0 ? 0 : std::size_t(rng() % n); }
+
+// End (one past) of the JSON value starting at p: a string, a container (matched with a
+// depth count that skips strings), or a bare token up to , } ] or whitespace.
+std::size_t value_end(const std::string& h, std::size_t p) {
+  if (p >= h.size()) return h.size();
+  if (h[p] == '"') {
+    for (std::size_t i = p + 1; i < h.size(); ++i) {
+      if (h[i] == '\\') ++i;
+      else if (h[i] == '"') return i + 1;
+    }
+    return h.size();
+  }
+  if (h[p] == '[' || h[p] == '{') {
+    int depth = 0;
+    bool in_str = false;
+    for (std::size_t i = p; i < h.size(); ++i) {
+      const char c = h[i];
+      if (in_str) {
+        if (c == '\\') ++i;
+        else if (c == '"') in_str = false;
+      } else if (c == '"') {
+        in_str = true;
+      } else if (c == '[' || c == '{') {
+        ++depth;
+      } else if (c == ']' || c == '}') {
+        if (--depth == 0) return i + 1;
+      }
+    }
+    return h.size();
+  }
+  std::size_t i = p;
+  while (i < h.size() && h[i] != ',' && h[i] != '}' && h[i] != ']' && h[i] != ' ' && h[i] != '\n') ++i;
+  return i;
+}
+
+std::size_t skip_ws(const std::string& h, std::size_t p) {
+  while (p < h.size() && (h[p] == ' ' || h[p] == '\n' || h[p] == '\t' || h[p] == '\r')) ++p;
+  return p;
+}
+
+// A "key": value member: [begin, end) covers the key through the value.
+struct Member {
+  std::size_t begin, value, end;
+  std::string key;
+};
+
+// Every "key": value member in the header text (any depth), found by scanning strings that
+// are followed by a colon.
+std::vector<Member> members(const std::string& h) {
+  std::vector<Member> out;
+  for (std::size_t i = 0; i < h.size(); ++i) {
+    if (h[i] != '"') continue;
+    const std::size_t close = value_end(h, i);
+    if (close > h.size() || close == i) break;
+    const std::size_t colon = skip_ws(h, close);
+    if (colon < h.size() && h[colon] == ':') {
+      const std::size_t v = skip_ws(h, colon + 1);
+      out.push_back(Member{i, v, value_end(h, v), h.substr(i + 1, close - i - 2 < h.size() ? close - i - 2 : 0)});
+    }
+    i = close - 1;
+  }
+  return out;
+}
+
+// Start offsets of number tokens.
+std::vector<std::pair<std::size_t, std::size_t>> numbers(const std::string& h) {
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  bool in_str = false;
+  for (std::size_t i = 0; i < h.size(); ++i) {
+    const char c = h[i];
+    if (in_str) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_str = false;
+      continue;
+    }
+    if (c == '"') { in_str = true; continue; }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+      std::size_t j = i + 1;
+      while (j < h.size() && (std::isdigit(static_cast<unsigned char>(h[j])) || h[j] == '.' || h[j] == 'e' ||
+                              h[j] == 'E' || h[j] == '+' || h[j] == '-'))
+        ++j;
+      out.emplace_back(i, j);
+      i = j - 1;
+    }
+  }
+  return out;
+}
+
+const char* const kNumbers[] = {
+    "0", "1", "-1", "2", "3", "7", "8", "255", "256", "65535", "2147483647", "2147483648", "4294967295",
+    "4294967296", "1099511627776", "1099511627777", "16777216", "16777217", "9007199254740993",
+    "9223372036854775807", "9223372036854775808", "-9223372036854775808", "18446744073709551615",
+    "18446744073709551616", "36893488147419103232", "1e308", "1e400", "-0", "0.5", "1.0", "1e2",
+    "-18446744073709551615", "00", "1E+2"};
+const char* const kDtypes[] = {"\"F32\"", "\"F16\"", "\"BF16\"", "\"BOOL\"", "\"I64\"", "\"F64\"",
+                               "\"I32\"", "\"U8\"", "\"I8\"", "\"F8_E4M3\"", "\"f32\"", "\"\"",
+                               "\"F32\\u0000\"", "1", "null", "[\"F32\"]"};
+const std::size_t kDepths[] = {1, 2, 3, 4, 5, 8, 64, 1000, 100000};
+
+// The end of the data section the header's largest data_offsets names (0 if none parse).
+std::uint64_t data_end(const std::string& h) {
+  std::uint64_t end = 0;
+  for (const Member& m : members(h)) {
+    if (m.key != "data_offsets" || m.value >= h.size() || h[m.value] != '[') continue;
+    const std::size_t comma = h.find(',', m.value);
+    if (comma == std::string::npos || comma >= m.end) continue;
+    const unsigned long long b = std::strtoull(h.c_str() + comma + 1, nullptr, 10);
+    end = std::max<std::uint64_t>(end, b);
+  }
+  return end;
+}
+
+// One structural change to the header text and/or the data section.
+void mutate_structure(std::string& h, std::string& data, Rand& rng, std::size_t max_size) {
+  const std::vector<Member> ms = members(h);
+  switch (pick(rng, 10)) {
+    case 0: {  // nest a value many levels deep in [ ] or {"k": }
+      std::size_t b, e;
+      if (!ms.empty()) {
+        const Member& m = ms[pick(rng, ms.size())];
+        b = m.value, e = m.end;
+      } else {
+        b = pick(rng, h.size() + 1), e = b;
+      }
+      const bool obj = rng() & 1;
+      const char* open = obj ? "{\"k\":" : "[";
+      const char* close = obj ? "}" : "]";
+      const std::size_t per = obj ? 6 : 2;
+      std::size_t depth = kDepths[pick(rng, sizeof kDepths / sizeof kDepths[0])];
+      const std::size_t room = max_size > h.size() + data.size() + 8 ? max_size - h.size() - data.size() - 8 : 0;
+      depth = std::min(depth, room / per);
+      if (depth == 0) return;
+      std::string pre, post;
+      pre.reserve(depth * (per - 1));
+      for (std::size_t i = 0; i < depth; ++i) pre += open, post += close;
+      h = h.substr(0, b) + pre + h.substr(b, e - b) + post + h.substr(e);
+      return;
+    }
+    case 1:
+    case 2: {  // repeat a member (a field inside an entry, or a whole tensor entry), 1-3 times
+      if (ms.empty()) return;
+      const Member& m = ms[pick(rng, ms.size())];
+      const std::string text = h.substr(m.begin, m.end - m.begin);
+      const std::size_t times = 1 + pick(rng, 3);
+      std::string extra;
+      for (std::size_t i = 0; i < times; ++i) extra += "," + text;
+      h.insert(m.end, extra);
+      return;
+    }
+    case 3: {  // delete a member and one adjacent comma
+      if (ms.empty()) return;
+      const Member& m = ms[pick(rng, ms.size())];
+      std::size_t b = m.begin, e = m.end;
+      const std::size_t after = skip_ws(h, e);
+      if (after < h.size() && h[after] == ',') {
+        e = after + 1;
+      } else {
+        std::size_t before = b;
+        while (before > 0 && (h[before - 1] == ' ' || h[before - 1] == '\n')) --before;
+        if (before > 0 && h[before - 1] == ',') b = before - 1;
+      }
+      h.erase(b, e - b);
+      return;
+    }
+    case 4: {  // a number set to a limit
+      const auto ns = numbers(h);
+      if (ns.empty()) return;
+      const auto [b, e] = ns[pick(rng, ns.size())];
+      h.replace(b, e - b, kNumbers[pick(rng, sizeof kNumbers / sizeof kNumbers[0])]);
+      return;
+    }
+    case 5: {  // NUL bytes (raw, or escaped inside a string)
+      const std::size_t at = pick(rng, h.size() + 1);
+      if (rng() & 1) h.insert(at, std::string(1 + pick(rng, 4), '\0'));
+      else h.insert(at, "\\u0000");
+      return;
+    }
+    case 6: {  // another dtype
+      std::vector<const Member*> dts;
+      for (const Member& m : ms)
+        if (m.key == "dtype") dts.push_back(&m);
+      if (dts.empty()) return;
+      const Member& m = *dts[pick(rng, dts.size())];
+      h.replace(m.value, m.end - m.value, kDtypes[pick(rng, sizeof kDtypes / sizeof kDtypes[0])]);
+      return;
+    }
+    case 7: {  // libFuzzer's mutator (with the dictionary) on the header text alone
+      const std::size_t cap = std::min<std::size_t>(max_size, h.size() * 2 + 64);
+      if (h.size() > cap) return;  // earlier rounds grew it past max_size: the caller falls back
+      std::string buf = h;
+      buf.resize(cap);
+      const std::size_t n = LLVMFuzzerMutate(reinterpret_cast<std::uint8_t*>(&buf[0]), h.size(), cap);
+      buf.resize(n);
+      h = buf;
+      return;
+    }
+    case 8: {  // data section sized to what the offsets name, or one byte off
+      const std::uint64_t want = data_end(h);
+      if (want > max_size) return;
+      std::uint64_t n = want;
+      if (rng() & 1) n = (rng() & 1) ? want + 1 : (want > 0 ? want - 1 : 0);
+      data.resize(std::size_t(n), '\0');
+      for (auto& c : data) c = char(rng());  // any bytes (BOOL must still be 0/1)
+      if (rng() & 1)
+        for (auto& c : data) c = char(rng() & 1);
+      return;
+    }
+    default: {  // data section grown or shrunk at random
+      const std::size_t n = pick(rng, 2 * data.size() + 65);
+      const std::size_t old = data.size();
+      data.resize(n);
+      for (std::size_t i = old; i < n; ++i) data[i] = char(rng());
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" size_t LLVMFuzzerCustomMutator(std::uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
+  Rand rng(seed);
+  if (size < 8 || pick(rng, 4) == 0) return LLVMFuzzerMutate(data, size, max_size);
+
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= std::uint64_t(data[i]) << (8 * i);
+  std::string header, rest;
+  if (n <= size - 8) {
+    header.assign(reinterpret_cast<const char*>(data) + 8, std::size_t(n));
+    rest.assign(reinterpret_cast<const char*>(data) + 8 + n, size - 8 - std::size_t(n));
+  } else {  // inconsistent prefix: everything after it is the header
+    header.assign(reinterpret_cast<const char*>(data) + 8, size - 8);
+  }
+
+  const std::size_t rounds = 1 + pick(rng, 3);
+  for (std::size_t i = 0; i < rounds; ++i) mutate_structure(header, rest, rng, max_size);
+
+  const std::size_t total = 8 + header.size() + rest.size();
+  if (total > max_size) return LLVMFuzzerMutate(data, size, max_size);
+
+  std::uint64_t len = header.size();
+  if (pick(rng, 16) == 0) {
+    const std::uint64_t off[] = {len + 1, len > 0 ? len - 1 : 0, 0, std::uint64_t(1) << 63,
+                                 ~std::uint64_t(0), total, len + 8};
+    len = off[pick(rng, sizeof off / sizeof off[0])];
+  }
+  for (int i = 0; i < 8; ++i) data[i] = std::uint8_t(len >> (8 * i));
+  std::memcpy(data + 8, header.data(), header.size());
+  std::memcpy(data + 8 + header.size(), rest.data(), rest.size());
+  return total;
 }
