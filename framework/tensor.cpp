@@ -48,18 +48,8 @@ std::size_t itemsize(DType d) {
   return 0;
 }
 
-std::size_t numel(const Shape& shape) {
-  constexpr std::size_t kMax = std::size_t(1) << 40;
-  for (auto d : shape)
-    if (d == 0) return 0;
-  std::size_t n = 1;
-  for (auto d : shape)
-    if (__builtin_mul_overflow(n, d, &n) || n > kMax)
-      throw_error<ValueError>("numel", "shape ", shape, " has more than 2^40 elements");
-  return n;
-}
-
-std::size_t check_tensor_size(const char* op, const Shape& shape, DType dtype) {
+// The element count, ValueError for op when it overflows or exceeds 2^40.
+static std::size_t checked_numel(const char* op, const Shape& shape) {
   constexpr std::size_t kMax = std::size_t(1) << 40;
   for (auto d : shape)
     if (d == 0) return 0;
@@ -67,6 +57,14 @@ std::size_t check_tensor_size(const char* op, const Shape& shape, DType dtype) {
   for (auto d : shape)
     if (__builtin_mul_overflow(n, d, &n) || n > kMax)
       throw_error<ValueError>(op, "shape ", shape, " has more than 2^40 elements");
+  return n;
+}
+
+std::size_t numel(const Shape& shape) { return checked_numel("numel", shape); }
+
+std::size_t check_tensor_size(const char* op, const Shape& shape, DType dtype) {
+  const std::size_t n = checked_numel(op, shape);
+  if (n == 0) return 0;
   const std::size_t bytes = n * itemsize(dtype), limit = max_tensor_bytes();
   if (bytes > limit)
     throw_error<MemoryError>(op, "a ", dtype_name(dtype), " tensor of shape ", shape, " needs ", bytes,

@@ -95,6 +95,25 @@ def grads_of(loss, named_inputs, module):
 
 # --- multi-head attention --------------------------------------------------------------
 
+def mha_call_tensors(mha, named_inputs, stored, query, key, value, key_padding_mask, attn_mask):
+    """Runs mha (per-head and averaged weights) and lists what a fixture stores: the inputs,
+    "param.*", the stored masks, a random upstream, output, weights, and every gradient of
+    sum(output * upstream)."""
+    out, w = mha(query, key, value, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
+                 need_weights=True, average_attn_weights=False)
+    _, w_avg = mha(query, key, value, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
+                   need_weights=True, average_attn_weights=True)
+    assert torch.isfinite(out).all() and torch.isfinite(w).all()
+    upstream = torch.randn_like(out)
+    loss = (out * upstream).sum()
+    tensors = list(named_inputs)
+    tensors += [("param." + n, p) for n, p in mha.state_dict().items()]
+    tensors += stored
+    tensors += [("upstream", upstream), ("output", out), ("weights", w), ("weights_avg", w_avg)]
+    tensors += grads_of(loss, named_inputs, mha)
+    return tensors
+
+
 def mha_fixture(name, seed, B=2, T=4, S=None, E=8, H=2, kdim=None, vdim=None, bias=True,
                 self_attn=False, causal=False, key_padding=None, float_mask=False,
                 mask3d=False):
@@ -150,19 +169,7 @@ def mha_fixture(name, seed, B=2, T=4, S=None, E=8, H=2, kdim=None, vdim=None, bi
                 kpm[b, S - n:] = True
         stored.append(("key_padding_mask", kpm))
 
-    out, w = mha(query, key, value, key_padding_mask=kpm, attn_mask=attn_mask,
-                 need_weights=True, average_attn_weights=False)
-    _, w_avg = mha(query, key, value, key_padding_mask=kpm, attn_mask=attn_mask,
-                   need_weights=True, average_attn_weights=True)
-    assert torch.isfinite(out).all() and torch.isfinite(w).all()
-    upstream = torch.randn_like(out)
-    loss = (out * upstream).sum()
-    tensors = list(named_inputs)
-    tensors += [("param." + n, p) for n, p in mha.state_dict().items()]
-    tensors += stored
-    tensors += [("upstream", upstream), ("output", out), ("weights", w), ("weights_avg", w_avg)]
-    tensors += grads_of(loss, named_inputs, mha)
-    return name, tensors, meta
+    return name, mha_call_tensors(mha, named_inputs, stored, query, key, value, kpm, attn_mask), meta
 
 
 # --- LayerNorm -------------------------------------------------------------------------
@@ -437,19 +444,8 @@ def mha_api_fixture(name, seed, B=2, T=4, S=None, E=8, H=2, kdim=None, vdim=None
             key_padding_mask = key_padding_mask[0]
         stored.append(("key_padding_mask", key_padding_mask))
 
-    out, w = mha(query, key, value, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
-                 need_weights=True, average_attn_weights=False)
-    _, w_avg = mha(query, key, value, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
-                   need_weights=True, average_attn_weights=True)
-    assert torch.isfinite(out).all() and torch.isfinite(w).all()
-    upstream = torch.randn_like(out)
-    loss = (out * upstream).sum()
-    tensors = list(named_inputs)
-    tensors += [("param." + n, p) for n, p in mha.state_dict().items()]
-    tensors += stored
-    tensors += [("upstream", upstream), ("output", out), ("weights", w), ("weights_avg", w_avg)]
-    tensors += grads_of(loss, named_inputs, mha)
-    return name, tensors, meta
+    return name, mha_call_tensors(mha, named_inputs, stored, query, key, value, key_padding_mask,
+                                  attn_mask), meta
 
 
 class LayerNormNoBias(nn.Module):
