@@ -766,9 +766,10 @@ void run(Ctx& c) {
       if (c.values == Values::NegInf && ls_value == 0) {
         const auto lv = logits.to_vector();
         const std::int64_t* tv = targets.data<std::int64_t>();
+        const std::size_t classes = logits.shape().back();  // not C: a derived shape may have another
         expect_finite = true;
         for (std::size_t i = 0; i < targets.numel(); ++i)
-          if (tv[i] != ignore && !std::isfinite(lv[i * C + std::size_t(tv[i])])) expect_finite = false;
+          if (tv[i] != ignore && !std::isfinite(lv[i * classes + std::size_t(tv[i])])) expect_finite = false;
       }
       if (expect_finite && has_nan(loss))
         fail_unless_ignored("cross_entropy_nan", std::string("cross_entropy: NaN loss for ") + dtype_name(logits.dtype()) + " logits " +
