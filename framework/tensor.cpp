@@ -48,16 +48,22 @@ std::size_t itemsize(DType d) {
   return 0;
 }
 
-// The element count, ValueError for op when it overflows or exceeds 2^40.
+// The element count, ValueError for op when it overflows or exceeds 2^40. A zero dimension
+// makes the count 0, but the other dimensions still set the strides (the stride of a dim is
+// the product of the dims after it), so their product is held to the same 2^40: otherwise a
+// shape like (0, 2^63, 1) gives strides that do not fit a ptrdiff_t.
 static std::size_t checked_numel(const char* op, const Shape& shape) {
   constexpr std::size_t kMax = std::size_t(1) << 40;
+  const bool empty = std::find(shape.begin(), shape.end(), std::size_t(0)) != shape.end();
+  std::size_t n = 1;  // product of the non-zero dimensions
   for (auto d : shape)
-    if (d == 0) return 0;
-  std::size_t n = 1;
-  for (auto d : shape)
-    if (__builtin_mul_overflow(n, d, &n) || n > kMax)
+    if (d != 0 && (__builtin_mul_overflow(n, d, &n) || n > kMax)) {
+      if (empty)
+        throw_error<ValueError>(op, "shape ", shape, ": the product of its non-zero dimensions exceeds 2^40",
+                                " (an empty tensor's strides are held to the element limit too)");
       throw_error<ValueError>(op, "shape ", shape, " has more than 2^40 elements");
-  return n;
+    }
+  return empty ? 0 : n;
 }
 
 std::size_t numel(const Shape& shape) { return checked_numel("numel", shape); }

@@ -250,16 +250,19 @@ Entry parse_entry(const Reader& r, const std::string& name, const json& v, std::
   auto sh = v.find("shape");
   if (sh == v.end()) r.fail(where + ": missing field 'shape'");
   if (!sh->is_array()) r.fail(where + ": field 'shape' must be an array, got " + brief(*sh));
-  std::uint64_t n = 1;
+  std::uint64_t n = 1;  // product of the non-zero dimensions
   bool overflow = false;
   for (std::size_t i = 0; i < sh->size(); ++i) {
     std::uint64_t d = get_unsigned(r, (*sh)[i], where + ": shape[" + std::to_string(i) + "]");
     e.shape.push_back(std::size_t(d));
-    overflow = overflow || __builtin_mul_overflow(n, d, &n);
+    if (d != 0) overflow = overflow || __builtin_mul_overflow(n, d, &n);
   }
   if (std::any_of(e.shape.begin(), e.shape.end(), [](std::size_t d) { return d == 0; })) {
+    // Empty, but the other dimensions still set the strides: held to 2^40 as numel() does.
+    if (overflow || n > (std::uint64_t(1) << 40))
+      r.fail(where + ": shape " + shape_str(e.shape) +
+             " is empty but the product of its non-zero dimensions exceeds 2^40 (its strides would not fit)");
     n = 0;
-    overflow = false;
   }
   std::uint64_t nbytes = 0;
   const std::uint64_t file_itemsize = e.half != Half::None ? 2 : std::uint64_t(itemsize(e.dtype));

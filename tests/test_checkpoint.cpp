@@ -397,6 +397,9 @@ BOOST_AUTO_TEST_CASE(every_bad_file_throws_io_error_and_changes_nothing) {
        {"'w'", "'shape'"}},
       {"huge shape", st_file(hdr(R"("w":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,16]},)" + kB), kTinyData),
        {"'w'", "more than 2^64"}},
+      // Found by fuzz_safetensors: an empty tensor whose other dimensions would overflow its strides.
+      {"empty shape with huge strides", st_file(hdr(kW + "," + kB + R"(,"e":{"dtype":"F32","shape":[0,9223372036854775808,1],"data_offsets":[24,24]})"), kTinyData),
+       {"'e'", "shape (0, 9223372036854775808, 1)", "product of its non-zero dimensions exceeds 2^40"}},
       {"offsets out of range", st_file(hdr(kW + R"(,"b":{"dtype":"F32","shape":[2],"data_offsets":[1000,1008]})"), kTinyData),
        {"'b'", "[1000, 1008]", "exceed the data section of 24 bytes"}},
       {"offsets begin > end", st_file(hdr(kW + R"(,"b":{"dtype":"F32","shape":[2],"data_offsets":[24,16]})"), kTinyData),
