@@ -537,8 +537,7 @@ inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long to
   double running = 0;                               // sum of the training losses since the last evaluation
   long since = 0;                                   // steps since the last evaluation
   if (opt.resume) {
-    load_checkpoint(ckpt, model, &optimizer);
-    const auto meta = load_safetensors(ckpt).metadata;
+    const auto meta = load_checkpoint(ckpt, model, &optimizer);
     for (const char* key : {"history", "losses", "train_seconds"}) {
       auto it = meta.find(key);
       if (it == meta.end())

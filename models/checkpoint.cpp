@@ -508,7 +508,7 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
   save_safetensors(path, all, metadata);
 }
 
-void load_checkpoint(const std::string& path, Module& model, Optimizer* opt) {
+std::map<std::string, std::string> load_checkpoint(const std::string& path, Module& model, Optimizer* opt) {
   const char* op = "load_checkpoint";
   const std::string where = "'" + path + "': ";
   SafetensorsFile file = load_safetensors(path);
@@ -557,6 +557,7 @@ void load_checkpoint(const std::string& path, Module& model, Optimizer* opt) {
     const Tensor v = given[name]->to(slot->dtype());  // float32 <-> float64 when they differ
     std::memcpy(slot->mutable_raw_data(), v.raw_data(), v.nbytes());  // bumps the version
   }
+  return std::move(file.metadata);
 }
 
 }  // namespace xgrad

@@ -70,6 +70,8 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
 // are converted to the dtype of the parameter they land in — an F32 file loads into a
 // model converted with Module::to(Float64) and the other way round (rounded to float32) —
 // and optimizer buffers to their parameter's dtype (Optimizer::load_state_dict).
-void load_checkpoint(const std::string& path, Module& model, Optimizer* opt = nullptr);
+// Returns the file's "__metadata__" (what save_checkpoint was given), so a caller that
+// stored its run there does not read the file a second time.
+std::map<std::string, std::string> load_checkpoint(const std::string& path, Module& model, Optimizer* opt = nullptr);
 
 }  // namespace xgrad

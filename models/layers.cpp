@@ -54,9 +54,8 @@ Embedding::Embedding(const EmbeddingOptions& o, Rng& rng)
     : has_padding_idx(o.has_padding_idx()), padding_idx(o.padding_idx()) {
   const std::size_t num = o.num_embeddings(), dim = o.dim();
   check_parameter_size("Embedding", "weight", "(num_embeddings, dim)", {num, dim});
-  std::vector<double> w = randn({num, dim}, rng).to_vector();
-  if (has_padding_idx) std::fill_n(w.begin() + std::ptrdiff_t(padding_idx * dim), dim, 0.0);
-  weight = tensor(w, {num, dim});
+  weight = randn({num, dim}, rng);
+  if (has_padding_idx) std::fill_n(weight.mutable_data<float>() + padding_idx * dim, dim, 0.0f);
   register_parameter("weight", &weight);
 }
 

@@ -82,11 +82,7 @@ void expect_error(F fn, const char* kind, const std::vector<std::string>& parts)
   }
 }
 
-Tensor randn64(const Shape& s, unsigned seed) {
-  std::size_t n = 1;
-  for (auto d : s) n *= d;
-  return leaf(vals(n, seed), s);
-}
+Tensor randn64(const Shape& s, unsigned seed) { return leaf(vals(numel(s), seed), s); }
 
 TransformerConfig small_config() {
   TransformerConfig c;
