@@ -8,5 +8,5 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential cmake ninja-build pkg-config \
   libxtensor-dev libxtensor-blas-dev xtl-dev libopenblas-dev \
-  libboost-test-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev gnuplot-nox zlib1g-dev dataset-fashion-mnist fortunes clang libclang-rt-14-dev llvm libc++-14-dev libc++abi-14-dev >/dev/null
+  libboost-test-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev gnuplot-nox zlib1g-dev dataset-fashion-mnist fortunes libopenmpi-dev openmpi-bin graphviz clang libclang-rt-14-dev llvm libc++-14-dev libc++abi-14-dev >/dev/null
 echo "install-deps: done"
