@@ -12,7 +12,8 @@
 // counts of the training stream) computed here. Then samples --tokens characters after
 // --prompt twice, without and with the key/value cache, and shows both give the same text for
 // the same seed and how many characters per second each makes.
-// Writes metrics.json, loss.png, attention.png, samples.txt and checkpoint.safetensors
+// Writes metrics.json, loss.png, attention.png, samples.txt, generation.json (the sample with
+// both speeds) and checkpoint.safetensors
 // (with the vocabulary) to --out; --resume continues a run bit for bit; --generate-only
 // samples from the checkpoint in --out without training (no data package needed).
 #include <sstream>
@@ -125,23 +126,35 @@ struct Generation {
   double seconds = 0;
 };
 
-// The context the model sees grows from the prompt; when it holds max_len characters the
-// oldest max_len / 2 are dropped (both paths follow this rule, so they give the same text).
-// Uncached: every new character runs the model over the whole context again.
-Generation generate_uncached(TransformerDecoder& model, std::vector<std::int64_t> context, std::size_t n,
-                             double temperature, std::size_t top_k, std::uint64_t seed) {
+// Samples n characters after `prompt` through a DecodingSession (models/decoding.hpp), with
+// the key/value cache (each new character runs the model over one position) or without (over
+// the whole context again). The context grows from the prompt; when it holds max_len
+// characters a fresh session is fed the newest max_len / 2 (the same rule both ways, so both
+// give the same text for the same seed).
+Generation generate_text(TransformerDecoder& model, const std::vector<std::int64_t>& prompt, std::size_t n,
+                         double temperature, std::size_t top_k, std::uint64_t seed, bool use_cache) {
   NoGradGuard no_grad;
   model.eval();
   const std::size_t T = model.body.config.max_len, V = model.body.config.vocab_size;
   Rng rng(seed);
+  std::vector<std::int64_t> context = prompt;
   Generation g;
   const auto t0 = std::chrono::steady_clock::now();
+  auto session = decoding_session(model, use_cache);
+  Tensor logits = session->step(index_tensor(context, {1, context.size()}));  // (1, t, V)
   for (std::size_t i = 0; i < n; ++i) {
-    if (context.size() >= T) context.erase(context.begin(), context.begin() + std::ptrdiff_t(T / 2));
-    Tensor logits = model.forward(index_tensor(context, {1, context.size()}));  // (1, L, V)
-    const std::int64_t next = sample_next(logits.data<float>() + (context.size() - 1) * V, V, temperature, top_k, rng);
+    const std::size_t t = logits.shape()[1];
+    const std::int64_t next = sample_next(logits.data<float>() + (t - 1) * V, V, temperature, top_k, rng);
     g.tokens.push_back(next);
     context.push_back(next);
+    if (i + 1 == n) break;
+    if (session->length() < T) {
+      logits = session->step(index_tensor({next}, {1, 1}));
+    } else {
+      session = decoding_session(model, use_cache);
+      const std::vector<std::int64_t> keep(context.end() - std::ptrdiff_t(T / 2), context.end());
+      logits = session->step(index_tensor(keep, {1, keep.size()}));
+    }
   }
   g.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return g;
@@ -298,17 +311,31 @@ int main(int argc, char** argv) {
     }
 
     // Sampling: the same seed without and with the key/value cache.
-    Generation plain = generate_uncached(model, prompt_ids, tokens, temperature, top_k, sample_seed);
-    const std::string text = (prompt.empty() ? "" : prompt) + vocab.decode(plain.tokens);
+    const Generation plain = generate_text(model, prompt_ids, tokens, temperature, top_k, sample_seed, false);
+    const Generation cached = generate_text(model, prompt_ids, tokens, temperature, top_k, sample_seed, true);
+    const bool identical = plain.tokens == cached.tokens;
+    const std::string text = prompt + vocab.decode(cached.tokens);
     auto rate = [](const Generation& g) { return g.seconds > 0 ? double(g.tokens.size()) / g.seconds : 0.0; };
     std::ostringstream sample_line;
     sample_line << "sampled " << tokens << " characters (temperature " << temperature << ", top-k " << top_k
-                << ", seed " << sample_seed << "): uncached " << rate(plain) << " characters/s";
+                << ", seed " << sample_seed << "): with the key/value cache " << rate(cached)
+                << " characters/s, without " << rate(plain) << " characters/s ("
+                << (rate(plain) > 0 ? rate(cached) / rate(plain) : 0.0) << "x); cached and uncached texts "
+                << (identical ? "identical" : "DIFFER");
+    if (!identical) sample_line << " (uncached: " << vocab.decode(plain.tokens) << ")";
+    const nlohmann::json sample = {{"prompt", prompt}, {"tokens", tokens}, {"temperature", temperature},
+                                   {"top_k", top_k}, {"seed", sample_seed}, {"text", text},
+                                   {"cached_equals_uncached", identical}};
     {
       std::ofstream(opt.out + "/samples.txt") << text << "\n";
     }
+    // Speeds vary from run to run: generation.json, not metrics.json (whose bits --resume reproduces).
+    nlohmann::json speed = sample;
+    speed["cached_chars_per_second"] = rate(cached);
+    speed["uncached_chars_per_second"] = rate(plain);
+    examples::write_json(opt.out + "/generation.json", speed);
     std::cout << "--- sample ---\n" << text << "\n--- end of sample ---\n" << sample_line.str() << "\n";
-    if (generate_only) return 0;
+    if (generate_only) return identical ? 0 : 1;
 
     const ValResult final_val = validate(model, val_ids, cfg.max_len);
     // Attention of the first block over the first 32 validation characters.
@@ -330,6 +357,7 @@ int main(int argc, char** argv) {
     examples::Plots plots(!opt.no_plots);
     auto with_samples = [](std::vector<std::string> files) {
       files.push_back("samples.txt");
+      files.push_back("generation.json");
       return files;
     };
     std::vector<std::pair<long, double>> val_curve;
@@ -359,8 +387,7 @@ int main(int argc, char** argv) {
         {"final_val_bits_per_char", final_val.loss / std::log(2.0)},
         {"baselines", {{"unigram_val_loss", unigram}, {"bigram_val_loss", bigram},
                        {"unigram_bits_per_char", unigram / std::log(2.0)}, {"bigram_bits_per_char", bigram / std::log(2.0)}}},
-        {"sample", {{"prompt", prompt}, {"tokens", tokens}, {"temperature", temperature}, {"top_k", top_k},
-                    {"seed", sample_seed}, {"text", text}, {"uncached_chars_per_second", rate(plain)}}},
+        {"sample", sample},
         {"steps", result.steps},
         {"wall_time_seconds_total", result.total_seconds},
         {"wall_time_seconds_this_run", result.seconds}};
@@ -371,7 +398,7 @@ int main(int argc, char** argv) {
     std::cout << "char_gpt: " << result.steps << " steps, " << line << ", " << examples::seconds_text(result) << "; "
               << examples::outputs_line(opt.out, with_samples(plots.written()), result) << "\n";
     std::cout << "ran on: " << runtime_summary() << "\n";
-    return plots.ok() ? 0 : 1;
+    return plots.ok() && identical ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "char_gpt: error: " << e.what() << "\n";
     return 2;
