@@ -60,35 +60,23 @@ inline CLI::Validator whole_number(long long lo, unsigned long long hi) {
       span);
 }
 
-// A finite number greater than 0.
-inline CLI::Validator positive_number() {
+// A finite number greater than 0 (or, with allow_zero, >= 0).
+inline CLI::Validator finite_number(bool allow_zero) {
+  const std::string allowed = allow_zero ? "a number >= 0" : "a number greater than 0";
   return CLI::Validator(
-      [](std::string& s) -> std::string {
+      [allow_zero, allowed](std::string& s) -> std::string {
         char* end = nullptr;
         errno = 0;
         const double v = std::strtod(s.c_str(), &end);
         if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(v))
-          return "'" + s + "' is not a finite number; allowed: a number greater than 0";
-        if (!(v > 0)) return s + " is out of range; allowed: a number greater than 0";
+          return "'" + s + "' is not a finite number; allowed: " + allowed;
+        if (!(allow_zero ? v >= 0 : v > 0)) return s + " is out of range; allowed: " + allowed;
         return "";
       },
-      "> 0");
+      allow_zero ? ">= 0" : "> 0");
 }
-
-// A finite number >= 0.
-inline CLI::Validator non_negative_number() {
-  return CLI::Validator(
-      [](std::string& s) -> std::string {
-        char* end = nullptr;
-        errno = 0;
-        const double v = std::strtod(s.c_str(), &end);
-        if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(v))
-          return "'" + s + "' is not a finite number; allowed: a number >= 0";
-        if (!(v >= 0)) return s + " is out of range; allowed: a number >= 0";
-        return "";
-      },
-      ">= 0");
-}
+inline CLI::Validator positive_number() { return finite_number(false); }
+inline CLI::Validator non_negative_number() { return finite_number(true); }
 
 // --help: "--steps INT:1 to 1000000000   maximum training steps ... [default: 3000]".
 class HelpFormatter : public CLI::Formatter {

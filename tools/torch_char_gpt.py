@@ -16,15 +16,16 @@ bits per character at each evaluation, the bigram baseline, and the training tim
 
 Run with Debian's python3-torch: /usr/bin/python3 tools/torch_char_gpt.py [--threads 2]
 """
-import argparse
 import math
 import os
 import time
 
 import numpy as np
+from torch_train_common import parser, setup, train_step  # first: sets OMP_WAIT_POLICY before torch loads
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
 
 DATA = "/usr/share/games/fortunes"
 
@@ -95,15 +96,6 @@ class GPT(nn.Module):
         return self.ln_f(x) @ self.tok_emb.weight.T
 
 
-def warmup_cosine_lr(step, base, warmup, total, min_lr):
-    if step < warmup:
-        return base * (step + 1) / warmup
-    if step >= total:
-        return min_lr
-    r = (step - warmup) / (total - warmup)
-    return min_lr + (base - min_lr) * (1 + math.cos(math.pi * r)) / 2
-
-
 def validate(model, ids, T):
     model.eval()
     n, total, correct, count = len(ids) - 1, 0.0, 0, 0
@@ -124,24 +116,15 @@ def validate(model, ids, T):
 
 
 def main():
-    a = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    a.add_argument("--steps", type=int, default=2000)
-    a.add_argument("--eval-every", type=int, default=250)
-    a.add_argument("--batch", type=int, default=32)
+    a = parser(__doc__, steps=2000, eval_every=250, batch=32, lr=2e-3, weight_decay=0.1, data_dir=DATA)
     a.add_argument("--context", type=int, default=128)
-    a.add_argument("--lr", type=float, default=2e-3)
-    a.add_argument("--weight-decay", type=float, default=0.1)
     a.add_argument("--layers", type=int, default=4)
     a.add_argument("--dim", type=int, default=128)
     a.add_argument("--heads", type=int, default=4)
     a.add_argument("--mlp", type=int, default=512)
     a.add_argument("--max-files", type=int, default=0)
-    a.add_argument("--seed", type=int, default=0)
-    a.add_argument("--threads", type=int, default=2)
-    a.add_argument("--data-dir", default=DATA)
     o = a.parse_args()
-    torch.set_num_threads(o.threads)
-    torch.manual_seed(o.seed)
+    runtime = setup(o)
 
     names, docs = load_fortunes(o.data_dir, o.max_files)
     perm = np.random.default_rng(o.seed).permutation(len(docs))
@@ -165,10 +148,9 @@ def main():
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2 or "emb" in n]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": o.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=o.lr, betas=(0.9, 0.99))
-    warmup = min(100, o.steps // 10)
     print(f"torch_char_gpt: {len(names)} files, {len(docs)} fortunes, {len(train_ids)} + {len(val_ids)} characters, "
           f"vocabulary {V}, {sum(p.numel() for p in model.parameters())} parameters, bigram {bigram:.4f} nats/char, "
-          f"torch {torch.__version__}, {o.threads} threads")
+          f"{runtime}")
     gen = torch.Generator().manual_seed(o.seed)
     train_seconds = 0.0
     T = o.context
@@ -177,15 +159,8 @@ def main():
         off = torch.randint(0, len(train_ids) - T - 1, (o.batch,), generator=gen)
         x = torch.stack([train_ids[i:i + T] for i in off.tolist()])
         y = torch.stack([train_ids[i + 1:i + T + 1] for i in off.tolist()])
-        lr = warmup_cosine_lr(step, o.lr, warmup, o.steps, 0.05 * o.lr)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss = F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
+        train_step(model, opt, loss, step, o)
         train_seconds += time.perf_counter() - t0
         if (step + 1) % o.eval_every == 0 or step + 1 == o.steps:
             vl, acc = validate(model, val_ids, T)

@@ -13,16 +13,17 @@ accuracy and loss at each evaluation, the final ones, and the training time per 
 
 Run with Debian's python3-torch: /usr/bin/python3 tools/torch_fashion_vit.py [--threads 2]
 """
-import argparse
 import gzip
 import math
 import struct
 import time
 
 import numpy as np
+from torch_train_common import parser, setup, train_step  # first: sets OMP_WAIT_POLICY before torch loads
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
 
 DATA = "/usr/share/datasets/fashion-mnist"
 
@@ -80,15 +81,6 @@ class VisionTransformer(nn.Module):
         return self.head(x.mean(dim=1) if self.mean_pool else x[:, 0])
 
 
-def warmup_cosine_lr(step, base, warmup, total, min_lr):
-    if step < warmup:
-        return base * (step + 1) / warmup
-    if step >= total:
-        return min_lr
-    r = (step - warmup) / (total - warmup)
-    return min_lr + (base - min_lr) * (1 + math.cos(math.pi * r)) / 2
-
-
 def param_groups(model, weight_decay):
     decay, no_decay = [], []
     for name, p in model.named_parameters():
@@ -109,12 +101,7 @@ def evaluate(model, images, labels):
 
 
 def main():
-    a = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    a.add_argument("--steps", type=int, default=4680)
-    a.add_argument("--eval-every", type=int, default=468)
-    a.add_argument("--batch", type=int, default=128)
-    a.add_argument("--lr", type=float, default=2e-3)
-    a.add_argument("--weight-decay", type=float, default=0.05)
+    a = parser(__doc__, steps=4680, eval_every=468, batch=128, lr=2e-3, weight_decay=0.05, data_dir=DATA)
     a.add_argument("--label-smoothing", type=float, default=0.1)
     a.add_argument("--patch", type=int, default=4)
     a.add_argument("--dim", type=int, default=64)
@@ -123,12 +110,8 @@ def main():
     a.add_argument("--mlp", type=int, default=128)
     a.add_argument("--pool", choices=["cls", "mean"], default="cls")
     a.add_argument("--flip", action="store_true")
-    a.add_argument("--seed", type=int, default=0)
-    a.add_argument("--threads", type=int, default=2)
-    a.add_argument("--data-dir", default=DATA)
     o = a.parse_args()
-    torch.set_num_threads(o.threads)
-    torch.manual_seed(o.seed)
+    runtime = setup(o)
 
     tr_x = read_idx(f"{o.data_dir}/train-images-idx3-ubyte.gz", 3).astype(np.float32) / 255
     tr_y = read_idx(f"{o.data_dir}/train-labels-idx1-ubyte.gz", 1).astype(np.int64)
@@ -143,9 +126,8 @@ def main():
     model = VisionTransformer(o.patch, o.dim, o.depth, o.heads, o.mlp, o.pool == "mean")
     opt = torch.optim.AdamW(param_groups(model, o.weight_decay), lr=o.lr, betas=(0.9, 0.999))
     steps_per_epoch = len(tr_x) // o.batch
-    warmup = min(100, o.steps // 10)
     print(f"torch_fashion_vit: {sum(p.numel() for p in model.parameters())} parameters, {steps_per_epoch} steps "
-          f"per epoch, {o.steps / steps_per_epoch:.3g} epochs, torch {torch.__version__}, {o.threads} threads")
+          f"per epoch, {o.steps / steps_per_epoch:.3g} epochs, {runtime}")
     gen = torch.Generator().manual_seed(o.seed)
     order = None
     train_seconds = 0.0
@@ -159,14 +141,8 @@ def main():
         if o.flip:
             f = torch.rand(o.batch, generator=gen) < 0.5
             x = torch.where(f[:, None, None], x.flip(2), x)
-        lr = warmup_cosine_lr(step, o.lr, warmup, o.steps, 0.05 * o.lr)
-        for g in opt.param_groups:
-            g["lr"] = lr
         loss = F.cross_entropy(model(x), y, label_smoothing=o.label_smoothing)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        train_step(model, opt, loss, step, o)
         train_seconds += time.perf_counter() - t0
         if (step + 1) % o.eval_every == 0 or step + 1 == o.steps:
             acc, test_loss = evaluate(model, te_x, te_y)
