@@ -37,6 +37,7 @@ class TransformerBlock : public Module {
   TransformerBlock(const TransformerBlockOptions& options, Rng& rng);
   // x (B, T, E); options carry the masks (need_weights is honoured: see last_weights).
   Tensor forward(const Tensor& x, const AttentionOptions& options = {});
+  Tensor operator()(const Tensor& x, const AttentionOptions& options = {}) { return forward(x, options); }
   Tensor last_weights;  // (B, H, T, S) or (B, T, S) when options.need_weights
   LayerNorm ln1;
   MultiHeadAttention attn;
@@ -71,6 +72,7 @@ class TransformerBody : public Module {
   explicit TransformerBody(const TransformerConfig& config);
   // tokens (B, T) int64 -> hidden (B, T, E)
   Tensor forward(const Tensor& tokens, const AttentionOptions& options);
+  Tensor operator()(const Tensor& tokens, const AttentionOptions& options) { return forward(tokens, options); }
   std::vector<Tensor> attention_weights() const;  // per layer, from the last forward with need_weights
   TransformerConfig config;
   Rng rng;
@@ -89,6 +91,7 @@ class TransformerEncoder : public Module {
   // key_padding_mask (B, T) bool, true = padding; may be undefined.
   Tensor forward(const Tensor& tokens, const Tensor& key_padding_mask = Tensor(),
                  bool need_weights = false);
+  Tensor operator()(const Tensor& tokens, const Tensor& key_padding_mask = Tensor(), bool need_weights = false) { return forward(tokens, key_padding_mask, need_weights); }
   TransformerBody body;
   Linear head;
 };
@@ -98,6 +101,7 @@ class TransformerDecoder : public Module {
  public:
   explicit TransformerDecoder(const TransformerConfig& config);
   Tensor forward(const Tensor& tokens, bool need_weights = false);
+  Tensor operator()(const Tensor& tokens, bool need_weights = false) { return forward(tokens, need_weights); }
   TransformerBody body;
   std::unique_ptr<Linear> head;  // null when tied
 };
