@@ -9,6 +9,7 @@
 #include "xgrad/ops/ops.hpp"
 #include "xgrad/models/attention.hpp"
 #include "xgrad/models/checkpoint.hpp"
+#include "xgrad/models/containers.hpp"
 #include "xgrad/models/datasets.hpp"
 #include "xgrad/models/decoding.hpp"
 #include "xgrad/models/layers.hpp"

@@ -172,6 +172,8 @@ class MultiHeadAttention : public Module {
   AttentionOutput forward(const Tensor& x, const AttentionOptions& options = {}) {
     return forward(x, x, x, options);
   }
+  AttentionOutput operator()(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o = {}) { return forward(q, k, v, o); }
+  AttentionOutput operator()(const Tensor& x, const AttentionOptions& o = {}) { return forward(x, o); }
 
   // --- incremental decoding ----------------------------------------------------------------
   // The projected keys and values of (key, value) in this module's layout (batch_first or

@@ -40,6 +40,7 @@ class TransformerBlock : public Module {
   // Incremental: x (B, t, E) holds the next t positions; attention runs over the cache's
   // positions and x's (MultiHeadAttention::forward_cached; options.is_causal for causality).
   Tensor forward_step(const Tensor& x, KVCache& cache, const AttentionOptions& options);
+  Tensor operator()(const Tensor& x, const AttentionOptions& options = {}) { return forward(x, options); }
   Tensor last_weights;  // (B, H, T, S) or (B, T, S) when options.need_weights
   LayerNorm ln1;
   MultiHeadAttention attn;
@@ -74,6 +75,7 @@ class TransformerBody : public Module {
   explicit TransformerBody(const TransformerConfig& config);
   // tokens (B, T) int64 -> hidden (B, T, E)
   Tensor forward(const Tensor& tokens, const AttentionOptions& options);
+  Tensor operator()(const Tensor& tokens, const AttentionOptions& options) { return forward(tokens, options); }
   std::vector<Tensor> attention_weights() const;  // per layer, from the last forward with need_weights
   // Token embeddings plus the positions [offset, offset + T) of tokens (B, T) int64, before
   // emb_drop (forward uses offset 0). ValueError when offset + T > config.max_len.
@@ -95,6 +97,7 @@ class TransformerEncoder : public Module {
   // key_padding_mask (B, T) bool, true = padding; may be undefined.
   Tensor forward(const Tensor& tokens, const Tensor& key_padding_mask = Tensor(),
                  bool need_weights = false);
+  Tensor operator()(const Tensor& tokens, const Tensor& key_padding_mask = Tensor(), bool need_weights = false) { return forward(tokens, key_padding_mask, need_weights); }
   TransformerBody body;
   Linear head;
 };
@@ -136,6 +139,7 @@ class TransformerDecoder : public Module {
   // not of this model's shape; DTypeError / ShapeError for tokens; ShapeError when B differs
   // from the cache's batch; IndexError for a token outside [0, vocab_size).
   Tensor forward_step(const Tensor& tokens, DecoderKVCache& cache);
+  Tensor operator()(const Tensor& tokens, bool need_weights = false) { return forward(tokens, need_weights); }
   TransformerBody body;
   std::unique_ptr<Linear> head;  // null when tied
 
