@@ -72,10 +72,8 @@ ValResult validate(TransformerDecoder& model, const std::vector<std::int64_t>& i
     Tensor logits = model.forward(index_tensor(x, {B, len}));
     Tensor targets = index_tensor(y, {B, len});
     loss_sum += cross_entropy(logits, targets).item() * double(B * len);
-    const float* lv = logits.data<float>();
-    const std::size_t V = logits.shape()[2];
-    for (std::size_t i = 0; i < B * len; ++i)
-      correct += std::max_element(lv + i * V, lv + (i + 1) * V) - (lv + i * V) == y[i];
+    const Tensor predicted = argmax(logits, 2);  // (B, len)
+    for (std::size_t i = 0; i < B * len; ++i) correct += predicted.data<std::int64_t>()[i] == y[i];
     r.predicted += B * len;
     start += B * len;
   }
@@ -102,23 +100,14 @@ std::pair<double, double> ngram_baselines(const std::vector<std::int64_t>& train
   return {u / double(val.size()), b / double(val.size() - 1)};
 }
 
-// Next-character choice from the last position's logits (V): logits / temperature, only the
-// top_k largest kept (0: all; ties keep the lower id), softmax, then one seeded draw.
-std::int64_t sample_next(const float* logits, std::size_t V, double temperature, std::size_t top_k, Rng& rng) {
-  std::vector<std::size_t> ids(V);
-  for (std::size_t i = 0; i < V; ++i) ids[i] = i;
-  const std::size_t k = top_k == 0 ? V : std::min(top_k, V);
-  std::stable_sort(ids.begin(), ids.end(), [&](std::size_t a, std::size_t b) { return logits[a] > logits[b]; });
-  std::vector<double> p(k);
-  const double top = double(logits[ids[0]]) / temperature;
-  double total = 0;
-  for (std::size_t i = 0; i < k; ++i) total += p[i] = std::exp(double(logits[ids[i]]) / temperature - top);
-  double u = rng.uniform() * total;
-  for (std::size_t i = 0; i < k; ++i) {
-    if (u < p[i]) return std::int64_t(ids[i]);
-    u -= p[i];
-  }
-  return std::int64_t(ids[k - 1]);
+// Next character from the last position's logits (1, V): the top_k largest kept (topk; 0 or
+// V: all), then one seeded draw from softmax(kept / temperature) (sample_categorical).
+std::int64_t sample_next(const Tensor& logits, std::size_t top_k, double temperature, Rng& rng) {
+  const std::size_t V = logits.shape()[1];
+  if (top_k == 0 || top_k >= V) return sample_categorical(logits, rng, temperature).data<std::int64_t>()[0];
+  const TopK best = topk(logits, long(top_k), -1);  // (1, k) values and ids, largest first
+  const std::int64_t pick = sample_categorical(best.values, rng, temperature).data<std::int64_t>()[0];
+  return best.indices.data<std::int64_t>()[pick];
 }
 
 struct Generation {
@@ -144,7 +133,7 @@ Generation generate_text(TransformerDecoder& model, const std::vector<std::int64
   Tensor logits = session->step(index_tensor(context, {1, context.size()}));  // (1, t, V)
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t t = logits.shape()[1];
-    const std::int64_t next = sample_next(logits.data<float>() + (t - 1) * V, V, temperature, top_k, rng);
+    const std::int64_t next = sample_next(reshape(narrow(logits, 1, t - 1, 1), {1, V}), top_k, temperature, rng);
     g.tokens.push_back(next);
     context.push_back(next);
     if (i + 1 == n) break;
@@ -292,7 +281,8 @@ int main(int argc, char** argv) {
     if (generate_only) {
       load_checkpoint(ckpt, model, nullptr);
     } else {
-      AdamW optimizer(model.named_parameters(), AdamWOptions(lr).betas(0.9, 0.99).weight_decay(weight_decay));
+      // nanoGPT's groups: decay on the matrices, not on LayerNorms or the (tied) embeddings.
+      AdamW optimizer(decay_groups(model, weight_decay), AdamWOptions(lr).betas(0.9, 0.99));
       std::tie(unigram, bigram) = ngram_baselines(train_ids, val_ids, vocab.size());
       std::cerr << "char_gpt: " << files.size() << " files, " << num_docs << " fortunes (" << train_docs << " train, "
                 << num_docs - train_docs << " validation), " << train_ids.size() << " + " << val_ids.size()

@@ -1,6 +1,6 @@
 // fashion_vit: a Vision Transformer classifies Fashion-MNIST (Debian's dataset-fashion-mnist).
 //
-// Image (28, 28) -> P x P patches, N = (28 / P)^2 of them, each flattened to P*P pixels
+// Image (28, 28) -> P x P patches (patchify), N = (28 / P)^2 of them, each flattened to P*P pixels
 // -> Linear(P*P, D) -> [class token] + learned positions (N [+ 1], D) -> pre-LayerNorm
 // Transformer blocks -> LayerNorm -> class token (or the mean over patches) -> Linear(D, 10).
 // Trained on the 60,000 training images (a seeded permutation per epoch, drop_last batches,
@@ -23,14 +23,6 @@ struct VitConfig {
   std::size_t grid() const { return 28 / patch; }
   std::size_t patches() const { return grid() * grid(); }
 };
-
-// (B, 28, 28) -> (B, N, P*P): patch (i, j) holds rows i*P .. i*P+P-1, columns j*P .. j*P+P-1,
-// row-major inside the patch; patches in row-major order over the grid.
-Tensor image_patches(const Tensor& images, std::size_t p) {
-  const std::size_t B = images.shape()[0], g = 28 / p;
-  Tensor x = reshape(images, {B, g, p, g, p});
-  return reshape(permute(x, {0, 1, 3, 2, 4}), {B, g * g, p * p});
-}
 
 class VisionTransformer : public Module {
  public:
@@ -56,7 +48,8 @@ class VisionTransformer : public Module {
   // images (B, 28, 28) -> logits (B, 10). need_weights keeps each block's (B, H, T, T) weights.
   Tensor forward(const Tensor& images, bool need_weights = false) {
     const std::size_t B = images.shape()[0];
-    Tensor x = embed.forward(image_patches(images, cfg.patch));  // (B, N, D)
+    // (B, 1, 28, 28) -> (B, N, P*P): patches in row-major order over the grid, row-major inside.
+    Tensor x = embed(patchify(reshape(images, {B, 1, 28, 28}), cfg.patch));  // (B, N, D)
     if (!cfg.mean_pool) x = concat({broadcast_to(cls, {B, 1, cfg.dim}), x}, 1);  // (B, N + 1, D)
     x = add(x, pos);
     AttentionOptions o;
@@ -129,9 +122,9 @@ TestResult evaluate(VisionTransformer& model, const Tensor& images, const Tensor
     Batch batch = gather(images, labels, rows);
     Tensor logits = model.forward(batch.images);
     loss_sum += cross_entropy(logits, batch.labels).item() * double(rows.size());
-    const float* lv = logits.data<float>();
+    const Tensor predicted = argmax(logits, 1);  // (chunk) int64
     for (std::size_t i = 0; i < rows.size(); ++i) {
-      const long pred = long(std::max_element(lv + i * 10, lv + i * 10 + 10) - (lv + i * 10));
+      const long pred = long(predicted.data<std::int64_t>()[i]);
       const long truth = long(batch.labels.data<std::int64_t>()[i]);
       ++r.confusion[std::size_t(truth)][std::size_t(pred)];
       correct += pred == truth;
@@ -289,7 +282,10 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(opt.out);
 
     VisionTransformer model(cfg);
-    AdamW optimizer(model.named_parameters(), AdamWOptions(lr).betas(0.9, 0.999).weight_decay(weight_decay));
+    // Weight decay on the matrices only: not on biases, LayerNorms, positions or the class token.
+    const std::vector<std::string> no_decay =
+        cfg.mean_pool ? std::vector<std::string>{"pos_embed"} : std::vector<std::string>{"pos_embed", "cls_token"};
+    AdamW optimizer(decay_groups(model, weight_decay, no_decay), AdamWOptions(lr).betas(0.9, 0.999));
     const long steps_per_epoch = long(n_train / batch_size);  // drop_last
     std::cerr << "fashion_vit: " << model.parameter_count() << " parameters, " << n_train << " training images, "
               << steps_per_epoch << " steps per epoch, " << double(opt.steps) / double(steps_per_epoch) << " epochs\n";
@@ -351,9 +347,8 @@ int main(int argc, char** argv) {
         model.eval();
         Tensor logits = model.forward(shown.images, /*need_weights=*/true);
         for (auto& b : model.blocks) weights.push_back(b->last_weights);
-        const float* lv = logits.data<float>();
-        for (std::size_t i = 0; i < shown_rows.size(); ++i)
-          predicted.push_back(long(std::max_element(lv + i * 10, lv + i * 10 + 10) - (lv + i * 10)));
+        const Tensor best = argmax(logits, 1);
+        for (std::size_t i = 0; i < shown_rows.size(); ++i) predicted.push_back(long(best.data<std::int64_t>()[i]));
       }
       plots.draw(opt.out + "/attention.png",
                  attention_map_script(opt.out + "/attention.png", shown, weights, cfg, predicted, data.class_names,
