@@ -10,6 +10,7 @@
 #include "xgrad/models/attention.hpp"
 #include "xgrad/models/checkpoint.hpp"
 #include "xgrad/models/containers.hpp"
+#include "xgrad/models/data.hpp"
 #include "xgrad/models/layers.hpp"
 #include "xgrad/models/loss.hpp"
 #include "xgrad/models/module.hpp"
