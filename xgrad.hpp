@@ -11,6 +11,7 @@
 #include "xgrad/models/checkpoint.hpp"
 #include "xgrad/models/containers.hpp"
 #include "xgrad/models/datasets.hpp"
+#include "xgrad/models/data.hpp"
 #include "xgrad/models/decoding.hpp"
 #include "xgrad/models/layers.hpp"
 #include "xgrad/models/loss.hpp"
