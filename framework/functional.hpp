@@ -42,6 +42,7 @@
 //     before the result is allocated. More than 2^40 elements in one block: ValueError.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -165,6 +166,14 @@ PerSampleGradients per_sample_gradients(const NamedTensors& params, const std::f
                                         const PerSampleOptions& options = {});
 PerSampleGradients per_sample_gradients(const Module& module, const std::function<Tensor()>& per_example_losses,
                                         const PerSampleOptions& options = {});
+
+// One loss per example for per_sample_gradients: logits (B, ..., C) with the classes on the last
+// axis, targets (B, ...) int64; loss_i = the mean over example i's positions whose target is not
+// ignore_index of -log_softmax(logits)[target] (0 when all are ignored), i.e.
+// cross_entropy(logits[i], targets[i]) for each i (models/loss.hpp), as a (B) tensor. Its mean
+// weighs examples equally (cross_entropy over the batch weighs tokens equally).
+// ShapeError / DTypeError / IndexError as cross_entropy.
+Tensor cross_entropy_per_example(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index = -100);
 
 // --- helpers shared with the curvature tools ------------------------------------------------
 

@@ -19,9 +19,12 @@
 
 #include "xgrad/framework/functional.hpp"
 #include "xgrad/framework/functional_detail.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/index.hpp"
 #include "xgrad/ops/matmul.hpp"
 #include "xgrad/ops/reduce.hpp"
 #include "xgrad/ops/shape.hpp"
+#include "xgrad/ops/softmax.hpp"
 
 namespace xgrad {
 
@@ -64,14 +67,26 @@ struct Edge {
   bool direct;                 // that input is p itself
 };
 
-// g with every slice along axis 0 but slice i zeroed.
-Tensor only_example(const Tensor& g, std::size_t i, std::size_t B) {
-  Tensor out = zeros(g.shape(), g.dtype());
-  const std::size_t slice = g.numel() / B, bytes = slice * itemsize(g.dtype());
-  std::memcpy(static_cast<char*>(out.mutable_raw_data()) + i * bytes,
-              static_cast<const char*>(g.raw_data()) + i * bytes, bytes);
-  return out;
-}
+// g with every slice along axis 0 but one zeroed, for each example in turn: one buffer, the
+// previous example's slice cleared and the next one copied in (a result computed from one
+// example must be used before the next call).
+class OneExample {
+ public:
+  OneExample(const Tensor& g, std::size_t B)
+      : g_(g), buffer_(zeros(g.shape(), g.dtype())), bytes_(g.numel() / B * itemsize(g.dtype())) {}
+  const Tensor& operator()(std::size_t i) {
+    char* d = static_cast<char*>(buffer_.mutable_raw_data());
+    if (last_ != npos) std::memset(d + last_ * bytes_, 0, bytes_);
+    std::memcpy(d + i * bytes_, static_cast<const char*>(g_.raw_data()) + i * bytes_, bytes_);
+    last_ = i;
+    return buffer_;
+  }
+
+ private:
+  static constexpr std::size_t npos = std::size_t(-1);
+  Tensor g_, buffer_;
+  std::size_t bytes_, last_ = npos;
+};
 
 // Slice i of t along axis 0, as its own tensor of shape t.shape()[1:].
 Tensor example_of(const Tensor& t, std::size_t i) {
@@ -254,15 +269,17 @@ class PerSample {
       per_example = e.input == 1 ? matmul(g3, reshape(x, {B_, x.numel() / (B_ * in_f), in_f}), true, false)  // (B, out, in)
                                  : sum(g3, {1});                                          // (B, out)
     }
+    if (e.direct && per_example.defined()) {
+      add_flat(result, 0, per_example);
+      return;
+    }
+    OneExample upstream(g, B_);
     for (std::size_t i = 0; i < B_; ++i) {
-      if (e.direct && per_example.defined()) break;
-      const Tensor a = per_example.defined() ? example_of(per_example, i)
-                                             : e.node->apply(only_example(g, i, B_), false)[e.input];
+      const Tensor a = per_example.defined() ? example_of(per_example, i) : e.node->apply(upstream(i), false)[e.input];
       if (!a.defined()) continue;
       const Tensor contribution = e.direct ? a : grad({through}, {p}, {a}, GradOptions{true, false, true})[0];
       add_flat(result, i * p.numel(), contribution);
     }
-    if (e.direct && per_example.defined()) add_flat(result, 0, per_example);
   }
 
   void run_loop(const std::vector<std::size_t>& which, const std::vector<Tensor>& result) {
@@ -333,6 +350,38 @@ PerSampleGradients per_sample_gradients(const NamedTensors& params, const std::f
 PerSampleGradients per_sample_gradients(const Module& module, const std::function<Tensor()>& per_example_losses,
                                         const PerSampleOptions& options) {
   return per_sample_gradients(module.named_parameters(), per_example_losses, options);
+}
+
+Tensor cross_entropy_per_example(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index) {
+  const char* op = "cross_entropy_per_example";
+  check_float(op, "logits", logits);
+  if (!targets.defined() || targets.dtype() != DType::Int64)
+    throw_error<DTypeError>(op, "argument 'targets' must be int64", targets.defined() ? ", got " + describe(targets) : "");
+  const Shape& ls = logits.shape();
+  if (ls.size() < 2 || Shape(ls.begin(), ls.end() - 1) != targets.shape())
+    throw_error<ShapeError>(op, "argument 'logits' ", ls, " must be (B, ..., C) for 'targets' ", targets.shape(),
+                            " = (B, ...): the classes on the last axis");
+  const std::size_t C = ls.back(), B = ls[0], N = targets.numel(), per = N / B;
+  const std::int64_t* t = targets.data<std::int64_t>();
+  std::vector<std::int64_t> safe(N);
+  std::vector<double> weight(N);  // 1 / (example's counted positions), 0 where ignored
+  for (std::size_t i = 0; i < B; ++i) {
+    std::size_t count = 0;
+    for (std::size_t j = i * per; j < (i + 1) * per; ++j) {
+      if (t[j] != ignore_index && (t[j] < 0 || std::size_t(t[j]) >= C))
+        throw_error<IndexError>(op, "target ", t[j], " at flat position ", j, " of argument 'targets' ", targets.shape(),
+                                " is out of range for ", C, " classes");
+      count += t[j] != ignore_index;
+    }
+    for (std::size_t j = i * per; j < (i + 1) * per; ++j) {
+      safe[j] = t[j] == ignore_index ? 0 : t[j];
+      weight[j] = t[j] == ignore_index ? 0.0 : 1.0 / double(count);
+    }
+  }
+  // loss_i = -sum_{positions p of i} w_p log_softmax(logits)_p[target_p]
+  const Tensor picked = sum(mul(log_softmax(logits, -1), one_hot(index_tensor(safe, targets.shape()), C, logits.dtype())), {-1});
+  const Tensor weighted = mul(picked, tensor(weight, targets.shape(), logits.dtype()));
+  return neg(reshape(sum(reshape(weighted, {B, per}), {1}), {B}));
 }
 
 }  // namespace xgrad

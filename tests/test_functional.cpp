@@ -523,6 +523,31 @@ BOOST_AUTO_TEST_CASE(encoder_matches_one_backward_per_example) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(cross_entropy_per_example_is_each_examples_cross_entropy) {
+  TransformerEncoder model(small_encoder_config());
+  model.to(DType::Float64);
+  Rng rng(21);
+  EncoderBatch b = encoder_batch(4, 6, 7, rng);
+  const Tensor logits = model.forward(b.tokens, b.padding);
+  BOOST_TEST(allclose(cross_entropy_per_example(logits, b.all_targets), per_example_losses(model, b), 1e-14, 1e-15));
+  // Its per-sample gradients (another graph: one log_softmax over the batch) are exact too.
+  const auto losses = [&] { return cross_entropy_per_example(model.forward(b.tokens, b.padding), b.all_targets); };
+  const NamedTensors expect = one_at_a_time(model, b);
+  const PerSampleGradients g = per_sample_gradients(model, losses);
+  for (std::size_t k = 0; k < expect.size(); ++k)
+    BOOST_TEST(allclose(g.grads[k].second, expect[k].second, 1e-10, 1e-12), expect[k].first << " (" << g.methods[k] << ")");
+  // An example whose targets are all ignored has loss 0 (and zero gradients).
+  const Tensor ignored = index_tensor(std::vector<std::int64_t>(6, -100), {1, 6});
+  BOOST_TEST(cross_entropy_per_example(narrow(logits, 0, 0, 1), ignored).item() == 0.0);
+  BOOST_CHECK_THROW(cross_entropy_per_example(logits, index_tensor({0, 1}, {2})), ShapeError);
+  BOOST_CHECK_THROW(cross_entropy_per_example(logits, b.tokens.to(DType::Float64)), DTypeError);
+  BOOST_CHECK_THROW(cross_entropy_per_example(logits, index_tensor(std::vector<std::int64_t>(24, 7), {4, 6})), IndexError);
+  // (B, C) logits with (B) targets: one position per example, so the mean is cross_entropy's.
+  const Tensor flat = sum(logits, {1}), labels = index_tensor({0, 1, 2, 3}, {4});
+  BOOST_TEST(allclose(mean(cross_entropy_per_example(flat, labels)), cross_entropy(flat, labels), 1e-14, 0));
+  BOOST_CHECK_THROW(cross_entropy_per_example(flat, index_tensor({0, 1, 2, 3}, {1, 4})), ShapeError);
+}
+
 BOOST_AUTO_TEST_CASE(coupled_examples_stay_exact) {
   // loss_i = l_i + 0.5 * mean_j l_j couples the examples: no op output below the losses has an
   // independent batch axis; per-sample gradients must still be d loss_i / dp exactly.
