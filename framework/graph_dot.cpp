@@ -83,7 +83,7 @@ DotGraph graph_to_dot(const std::vector<Tensor>& roots, const NamedTensors& name
   }
   g.text = "digraph xgrad {\n";
   g.text += std::string("  rankdir=") + (options.left_to_right ? "LR" : "TB") + ";\n";
-  g.text += "  node [fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=8, color=\"#607d8b\"];\n";
+  g.text += "  graph [fontname=\"Helvetica\"];\n  node [fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=8, color=\"#607d8b\"];\n";
   if (!options.title.empty()) g.text += "  label=" + quoted(options.title) + ";\n  labelloc=t;\n";
   g.text += nodes + edges + "}\n";
   return g;
