@@ -16,14 +16,12 @@ using namespace functional_detail;
 
 HessianOperator::HessianOperator(const TensorFn& f, const Tensors& inputs, const FunctionalOptions& options)
     : products_(std::make_shared<std::size_t>(0)) {
-  const char* op = "HessianOperator";
-  xs_ = prepare_inputs(op, inputs, false);
-  const Tensor y = evaluate(op, f, xs_);
-  require_scalar(op, y);
-  used_inputs(op, y, xs_, options.allow_unused);
-  value_ = y.detach();
-  gradient_ = Tensors(xs_.size());
-  if (y.requires_grad()) gradient_ = grad({y}, xs_, {}, GradOptions{true, true, true});
+  FunctionalOptions o = options;
+  o.create_graph = false;  // fresh leaves: products are never differentiated further
+  GradientGraph g = gradient_graph("HessianOperator", f, inputs, nullptr, o);
+  xs_ = std::move(g.xs);
+  gradient_ = std::move(g.gs);
+  value_ = g.y.detach();
   for (std::size_t i = 0; i < xs_.size(); ++i)
     detached_.push_back(gradient_[i].defined() ? gradient_[i].detach() : zeros_like(xs_[i]));
 }

@@ -151,6 +151,19 @@ Tensor inner(const Tensors& a, const Tensors& b, DType dtype) {
   return s;
 }
 
+GradientGraph gradient_graph(const char* op, const TensorFn& f, const Tensors& inputs, const Tensors* v,
+                             const FunctionalOptions& o) {
+  if (v) check_vectors(op, "vector", *v, inputs);
+  GradientGraph g;
+  g.xs = prepare_inputs(op, inputs, o.create_graph);
+  g.y = evaluate(op, f, g.xs);
+  require_scalar(op, g.y);
+  used_inputs(op, g.y, g.xs, o.allow_unused);
+  g.gs = Tensors(g.xs.size());
+  if (g.y.requires_grad()) g.gs = grad({g.y}, g.xs, {}, GradOptions{true, true, true});
+  return g;
+}
+
 }  // namespace functional_detail
 
 using namespace functional_detail;
@@ -308,10 +321,8 @@ Tensors jacobian(const TensorFn& f, const Tensors& inputs, JacobianMode mode, co
 
 std::vector<Tensors> hessian(const TensorFn& f, const Tensors& inputs, const FunctionalOptions& o) {
   const char* op = "hessian";
-  const Tensors xs = prepare_inputs(op, inputs, o.create_graph);
-  const Tensor y = evaluate(op, f, xs);
-  require_scalar(op, y);
-  used_inputs(op, y, xs, o.allow_unused);
+  const GradientGraph g = gradient_graph(op, f, inputs, nullptr, o);
+  const Tensors& xs = g.xs;
   std::vector<std::pair<Shape, DType>> blocks;
   for (const auto& a : xs)
     for (const auto& b : xs) blocks.emplace_back(concat_shapes(a.shape(), b.shape()), b.dtype());
@@ -319,14 +330,12 @@ std::vector<Tensors> hessian(const TensorFn& f, const Tensors& inputs, const Fun
   std::vector<std::vector<JacobianBlock>> H(xs.size());
   for (std::size_t i = 0; i < xs.size(); ++i)
     for (const auto& b : xs) H[i].emplace_back(xs[i].shape(), b.shape(), b.dtype(), o.create_graph);
-  if (y.requires_grad()) {
-    const Tensors gs = grad({y}, xs, {}, engine_options(true, true));
-    for (std::size_t i = 0; i < xs.size(); ++i) {
-      if (!gs[i].defined() || !gs[i].requires_grad()) continue;  // f is linear in x_i: rows are zero
-      for (std::size_t r = 0; r < xs[i].numel(); ++r) {
-        const Tensors row = grad({gs[i]}, xs, {basis(gs[i].shape(), gs[i].dtype(), r)}, engine_options(true, o.create_graph));
-        for (std::size_t j = 0; j < xs.size(); ++j) H[i][j].set_row(r, row[j]);
-      }
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const Tensor& gi = g.gs[i];
+    if (!gi.defined() || !gi.requires_grad()) continue;  // f is linear in x_i (or constant): rows are zero
+    for (std::size_t r = 0; r < xs[i].numel(); ++r) {
+      const Tensors row = grad({gi}, xs, {basis(gi.shape(), gi.dtype(), r)}, engine_options(true, o.create_graph));
+      for (std::size_t j = 0; j < xs.size(); ++j) H[i][j].set_row(r, row[j]);
     }
   }
   std::vector<Tensors> out(xs.size());
@@ -336,52 +345,35 @@ std::vector<Tensors> hessian(const TensorFn& f, const Tensors& inputs, const Fun
 }
 
 HvpResult vhp(const TensorFn& f, const Tensors& inputs, const Tensors& v, const FunctionalOptions& o) {
-  const char* op = "vhp";
-  check_vectors(op, "vector", v, inputs);
-  const Tensors xs = prepare_inputs(op, inputs, o.create_graph);
-  const Tensor y = evaluate(op, f, xs);
-  require_scalar(op, y);
-  used_inputs(op, y, xs, o.allow_unused);
-  Tensors prod(xs.size());
-  if (y.requires_grad()) {
-    const Tensors gs = grad({y}, xs, {}, engine_options(true, true));
-    const Tensor s = inner(gs, v, y.dtype());  // <grad f, v>; its gradient is v^T H
-    if (s.defined()) prod = grad({s}, xs, {}, engine_options(o.create_graph, o.create_graph));
-  }
-  return {result_output(y, o.create_graph), fill_zeros(prod, xs)};
+  const GradientGraph g = gradient_graph("vhp", f, inputs, &v, o);
+  Tensors prod(g.xs.size());
+  const Tensor s = inner(g.gs, v, g.y.dtype());  // <grad f, v>; its gradient is v^T H
+  if (s.defined()) prod = grad({s}, g.xs, {}, engine_options(o.create_graph, o.create_graph));
+  return {result_output(g.y, o.create_graph), fill_zeros(prod, g.xs)};
 }
 
 HvpResult hvp(const TensorFn& f, const Tensors& inputs, const Tensors& v, const FunctionalOptions& o) {
-  const char* op = "hvp";
-  check_vectors(op, "vector", v, inputs);
-  const Tensors xs = prepare_inputs(op, inputs, o.create_graph);
-  const Tensor y = evaluate(op, f, xs);
-  require_scalar(op, y);
-  used_inputs(op, y, xs, o.allow_unused);
-  Tensors prod(xs.size());
-  if (y.requires_grad()) {
-    // g = grad f; H^T u = vjp(g, u) recorded for dummy u; H v = d/du <H^T u, v>.
-    const Tensors gs = grad({y}, xs, {}, engine_options(true, true));
-    Tensors active, us;
-    std::vector<std::size_t> where;
-    for (std::size_t i = 0; i < gs.size(); ++i) {
-      if (!gs[i].defined() || !gs[i].requires_grad()) continue;
-      Tensor u = zeros_like(gs[i]);
-      u.set_requires_grad(true);
-      active.push_back(gs[i]);
-      us.push_back(u);
-      where.push_back(i);
-    }
-    if (!active.empty()) {
-      const Tensors hu = grad(active, xs, us, engine_options(true, true));
-      const Tensor s = inner(hu, v, y.dtype());
-      if (s.defined()) {
-        const Tensors hv = grad({s}, us, {}, engine_options(o.create_graph, o.create_graph));
-        for (std::size_t k = 0; k < where.size(); ++k) prod[where[k]] = hv[k];
-      }
+  const GradientGraph g = gradient_graph("hvp", f, inputs, &v, o);
+  // H^T u = vjp(grad f, u) recorded for dummy cotangents u; H v = d/du <H^T u, v>.
+  Tensors prod(g.xs.size()), active, us;
+  std::vector<std::size_t> where;
+  for (std::size_t i = 0; i < g.gs.size(); ++i) {
+    if (!g.gs[i].defined() || !g.gs[i].requires_grad()) continue;
+    Tensor u = zeros_like(g.gs[i]);
+    u.set_requires_grad(true);
+    active.push_back(g.gs[i]);
+    us.push_back(u);
+    where.push_back(i);
+  }
+  if (!active.empty()) {
+    const Tensors hu = grad(active, g.xs, us, engine_options(true, true));
+    const Tensor s = inner(hu, v, g.y.dtype());
+    if (s.defined()) {
+      const Tensors hv = grad({s}, us, {}, engine_options(o.create_graph, o.create_graph));
+      for (std::size_t k = 0; k < where.size(); ++k) prod[where[k]] = hv[k];
     }
   }
-  return {result_output(y, o.create_graph), fill_zeros(prod, xs)};
+  return {result_output(g.y, o.create_graph), fill_zeros(prod, g.xs)};
 }
 
 // --- modules ------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/functional.hpp"
 #include "xgrad/framework/gradcheck.hpp"
 
 namespace xgrad::functional_detail {
@@ -47,5 +48,17 @@ Tensor zeros_like(const Tensor& t);
 Tensors fill_zeros(Tensors gs, const Tensors& like);
 // sum_i <a_i, b_i> over the a_i in the graph, in `dtype`; undefined when none is.
 Tensor inner(const Tensors& a, const Tensors& b, DType dtype);
+
+// What the second-order transforms start from: fresh inputs xs, y = f(xs) (one element:
+// ValueError otherwise; every input used unless allow_unused), and gs = grad y recorded with
+// create_graph (entries undefined where y does not depend on x_i; all undefined when y is
+// constant). v, when given, is checked against the inputs first.
+struct GradientGraph {
+  Tensors xs;
+  Tensor y;
+  Tensors gs;
+};
+GradientGraph gradient_graph(const char* op, const TensorFn& f, const Tensors& inputs, const Tensors* v,
+                             const FunctionalOptions& options);
 
 }  // namespace xgrad::functional_detail
