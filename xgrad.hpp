@@ -1,8 +1,11 @@
 // xgrad/xgrad.hpp — the whole public API (without xtensor; see framework/array.hpp).
 #pragma once
 #include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/curvature.hpp"
 #include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/functional.hpp"
 #include "xgrad/framework/gradcheck.hpp"
+#include "xgrad/framework/graph_dot.hpp"
 #include "xgrad/framework/registry.hpp"
 #include "xgrad/framework/runtime.hpp"
 #include "xgrad/framework/tensor.hpp"
