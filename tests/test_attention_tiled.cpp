@@ -1,0 +1,223 @@
+// The fused attention op's memory-linear path (ops/attention.cpp): the forward keeps only its
+// output and (B, H, T, 2) row statistics, the backward recomputes each 64-row block's
+// probabilities. Checked against attention_reference (the composition of registered ops,
+// which materialises P) over sequence lengths around and across the row block, every mask
+// kind, fully masked rows inside later blocks, the fast backward against the differentiable
+// one, float32, and a size limit under which no (B, H, T, S) tensor fits.
+#include <cmath>
+#include <limits>
+
+#include "helpers.hpp"
+#include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/gradcheck.hpp"
+#include "xgrad/framework/runtime.hpp"
+#include "xgrad/framework/tensor.hpp"
+#include "xgrad/ops/attention.hpp"
+#include "xgrad/ops/mask.hpp"
+
+using namespace xgrad;
+using xgrad::test::allclose;
+
+namespace {
+
+struct Case {
+  std::size_t B, T, S, H, D, Dv;
+};
+
+struct Inputs {
+  Tensor q, k, v, g;
+};
+Inputs random_inputs(const Case& c, Rng& rng, DType dt) {
+  auto leaf = [&](const Shape& s) {
+    Tensor t = randn(s, rng, dt);
+    t.set_requires_grad(true);
+    return t;
+  };
+  return {leaf({c.B, c.T, c.H * c.D}), leaf({c.B, c.S, c.H * c.D}), leaf({c.B, c.S, c.H * c.Dv}),
+          randn({c.B, c.T, c.H * c.Dv}, rng, dt)};
+}
+
+// Bool tensor of `shape` with bit i = pick(i).
+template <class Pick> Tensor bits(const Shape& shape, Pick pick) {
+  std::size_t n = 1;
+  for (auto s : shape) n *= s;
+  std::vector<bool> b(n);
+  for (std::size_t i = 0; i < n; ++i) b[i] = pick(i);
+  return bool_tensor(b, shape);
+}
+
+// Every mask kind for scores (B, H, T, S), each alone and some combined.
+std::vector<std::pair<std::string, AttentionMasks>> every_mask_kind(const Case& c, Rng& rng, DType dt) {
+  std::vector<std::pair<std::string, AttentionMasks>> out;
+  auto add = [&](const std::string& name, auto fill) {
+    AttentionMasks m;
+    fill(m);
+    out.emplace_back(name, m);
+  };
+  add("none", [](AttentionMasks&) {});
+  add("is_causal", [](AttentionMasks& m) { m.is_causal = true; });
+  add("bool (T, S)", [&](AttentionMasks& m) { m.mask = bits({c.T, c.S}, [](std::size_t i) { return i % 5 == 1; }); });
+  add("key padding + is_causal", [&](AttentionMasks& m) {
+    m.key_padding_mask = bits({c.B, c.S}, [&](std::size_t i) { return i % c.S >= c.S - 3; });
+    m.is_causal = true;
+  });
+  add("additive float (T, S) with -inf", [&](AttentionMasks& m) {
+    Tensor f = randn({c.T, c.S}, rng, dt);
+    std::vector<double> v = f.to_vector();
+    for (std::size_t i = 0; i < v.size(); i += 7) v[i] = -std::numeric_limits<double>::infinity();
+    m.float_mask = tensor(v, {c.T, c.S}, dt);
+  });
+  add("4-D (B, 1, T, S) bool", [&](AttentionMasks& m) {
+    m.mask = bits({c.B, 1, c.T, c.S}, [](std::size_t i) { return (i * 7 + 3) % 6 == 0; });
+  });
+  add("4-D (1, H, 1, S) bool + is_causal", [&](AttentionMasks& m) {
+    m.mask = bits({1, c.H, 1, c.S}, [&](std::size_t i) { return i % c.S == 2 + i / c.S; });
+    m.is_causal = true;
+  });
+  add("(B*H, T, S) bool", [&](AttentionMasks& m) {
+    m.mask = bits({c.B * c.H, c.T, c.S}, [](std::size_t i) { return (i * 13 + 1) % 9 < 2; });
+  });
+  // Rows 0, 70 and T-1 of every head see no key (inside the first, second and last row blocks).
+  add("fully masked rows", [&](AttentionMasks& m) {
+    m.mask = bits({c.T, c.S}, [&](std::size_t i) {
+      const std::size_t row = i / c.S;
+      return row == 0 || row == 70 || row == c.T - 1 || i % 11 == 4;
+    });
+  });
+  return out;
+}
+
+// Fused output and input gradients (random upstream) against attention_reference's.
+void check_case(const Case& c, const std::string& name, const AttentionMasks& m, const Inputs& in, double tol) {
+  BOOST_TEST_CONTEXT("B" << c.B << " T" << c.T << " S" << c.S << " H" << c.H << " D" << c.D << " Dv" << c.Dv
+                         << ", " << name) {
+    Tensor fused = attention(in.q, in.k, in.v, c.H, m);
+    Tensor ref = attention_reference(in.q, in.k, in.v, c.H, m).out;
+    BOOST_TEST(allclose(fused, ref, tol, tol));
+    auto gf = grad({fused}, {in.q, in.k, in.v}, {in.g});
+    auto gr = grad({ref}, {in.q, in.k, in.v}, {in.g});
+    for (std::size_t i = 0; i < 3; ++i) {
+      BOOST_TEST_CONTEXT("gradient " << "qkv"[i]) {
+        BOOST_TEST(allclose(gf[i], gr[i], tol, tol));
+        bool finite = true;
+        for (double x : gf[i].to_vector()) finite = finite && std::isfinite(x);
+        BOOST_TEST(finite);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(attention_tiled)
+
+BOOST_AUTO_TEST_CASE(float64_equals_the_reference_at_every_length_and_mask_kind) {
+  Rng rng(31);
+  // Lengths below, at and across the 64-row block, not multiples of it; cross attention both ways.
+  for (const Case& c : {Case{2, 1, 1, 2, 2, 3}, Case{1, 63, 63, 2, 3, 2}, Case{2, 64, 64, 1, 4, 4},
+                        Case{1, 65, 65, 2, 2, 3}, Case{1, 150, 150, 1, 3, 3}, Case{1, 130, 71, 2, 2, 2},
+                        Case{1, 71, 130, 1, 2, 3}}) {
+    const Inputs in = random_inputs(c, rng, DType::Float64);
+    for (const auto& [name, m] : every_mask_kind(c, rng, DType::Float64)) {
+      if (name == "fully masked rows" && c.T < 71) continue;  // needs rows 0, 70, T-1
+      check_case(c, name, m, in, 1e-12);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(float32_equals_the_reference_to_float32_rounding) {
+  Rng rng(32);
+  for (const Case& c : {Case{1, 200, 200, 2, 16, 16}, Case{2, 97, 97, 2, 8, 8}}) {
+    const Inputs in = random_inputs(c, rng, DType::Float32);
+    for (const auto& [name, m] : every_mask_kind(c, rng, DType::Float32)) check_case(c, name, m, in, 2e-5);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(fully_masked_rows_in_later_blocks_give_zeros) {
+  Rng rng(33);
+  const Case c{2, 140, 140, 2, 4, 4};
+  const Inputs in = random_inputs(c, rng, DType::Float32);
+  AttentionMasks m;
+  m.is_causal = true;
+  // Batch 1: every key padding (all its rows fully masked); batch 0: only the rows >= 100 see
+  // nothing through a (T, S) mask.
+  m.key_padding_mask = bits({c.B, c.S}, [&](std::size_t i) { return i >= c.S; });
+  m.mask = bits({c.T, c.S}, [&](std::size_t i) { return i / c.S >= 100; });
+  Tensor out = attention(in.q, in.k, in.v, c.H, m);
+  const auto o = out.to_vector();
+  const std::size_t E = c.H * c.Dv;
+  bool zeros = true;
+  for (std::size_t b = 0; b < c.B; ++b)
+    for (std::size_t t = 0; t < c.T; ++t)
+      for (std::size_t j = 0; j < E; ++j)
+        if (b == 1 || t >= 100) zeros = zeros && o[(b * c.T + t) * E + j] == 0.0;
+  BOOST_TEST(zeros);
+  auto g = grad({out}, {in.q, in.k, in.v}, {in.g});
+  const auto dq = g[0].to_vector();
+  bool finite = true, dq_zero = true;
+  for (const Tensor& gi : g)
+    for (double x : gi.to_vector()) finite = finite && std::isfinite(x);
+  for (std::size_t b = 0; b < c.B; ++b)
+    for (std::size_t t = 0; t < c.T; ++t)
+      for (std::size_t j = 0; j < c.H * c.D; ++j)
+        if (b == 1 || t >= 100) dq_zero = dq_zero && dq[(b * c.T + t) * c.H * c.D + j] == 0.0;
+  BOOST_TEST(finite);
+  BOOST_TEST(dq_zero);
+}
+
+BOOST_AUTO_TEST_CASE(fast_backward_equals_the_differentiable_one_across_row_blocks) {
+  Rng rng(34);
+  const Case c{1, 130, 130, 2, 2, 2};
+  const Inputs in = random_inputs(c, rng, DType::Float64);
+  for (const auto& [name, m] : every_mask_kind(c, rng, DType::Float64)) {
+    const AttentionMasks masks = m;
+    const auto f = [masks, c](const std::vector<Tensor>& x) { return attention(x[0], x[1], x[2], c.H, masks); };
+    GradcheckOptions opt;
+    opt.name = "attention T130, " + name;
+    const GradcheckResult r = check_fused_backward(f, {in.q, in.k, in.v}, opt);
+    BOOST_TEST(r.ok, r.message);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(second_order_across_row_blocks) {
+  Rng rng(35);
+  // T 66: two row blocks; one head of width 1 keeps the float64 gradgradcheck cheap.
+  const Case c{1, 66, 66, 1, 1, 1};
+  const Inputs in = random_inputs(c, rng, DType::Float64);
+  AttentionMasks m;
+  m.is_causal = true;
+  m.key_padding_mask = bits({1, c.S}, [](std::size_t i) { return i == 3; });
+  const auto f = [m](const std::vector<Tensor>& x) { return attention(x[0], x[1], x[2], 1, m); };
+  GradcheckOptions opt;
+  opt.name = "attention T66 causal + padding";
+  const GradcheckResult r1 = gradcheck(f, {in.q, in.k, in.v}, opt);
+  BOOST_TEST(r1.ok, r1.message);
+  const GradcheckResult r2 = gradgradcheck(f, {in.q, in.k, in.v}, opt);
+  BOOST_TEST(r2.ok, r2.message);
+}
+
+// With the size limit below one (B, H, T, S) float32 tensor (and above every linear one), the
+// fused op still runs forward and backward: nothing quadratic is allocated as a tensor (the
+// reference, which materialises P, is refused). The row-block scratch is (64, S).
+BOOST_AUTO_TEST_CASE(no_quadratic_tensor_is_allocated) {
+  Rng rng(36);
+  const Case c{1, 1024, 1024, 4, 8, 8};  // P would be 4 * 1024 * 1024 * 4 B = 16 MiB
+  const Inputs in = random_inputs(c, rng, DType::Float32);
+  AttentionMasks m;
+  m.is_causal = true;
+  const std::size_t before = max_tensor_bytes();
+  set_max_tensor_bytes(std::size_t(1) << 20);  // 1 MiB: q, k, v, out (128 KiB each) fit
+  try {
+    Tensor out = attention(in.q, in.k, in.v, c.H, m);
+    auto g = grad({out}, {in.q, in.k, in.v}, {in.g});
+    BOOST_TEST(g[0].shape() == in.q.shape());
+    BOOST_CHECK_THROW(attention_reference(in.q, in.k, in.v, c.H, m), MemoryError);
+  } catch (...) {
+    set_max_tensor_bytes(before);
+    throw;
+  }
+  set_max_tensor_bytes(before);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
