@@ -27,6 +27,8 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <type_traits>
 
 #include "xgrad/framework/parallel.hpp"
@@ -362,6 +364,101 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   return d;
 }
 
+// --- masks that are causal in content ------------------------------------------------------
+
+// What a bool or additive mask does to scores (B, H, T, S), from its content: `masked(x)` is
+// true = -inf for a bool true or an additive -inf; `neutral(x)` for a bool false or an additive 0.
+enum class MaskContent {
+  Other,
+  Nothing,      // masks nothing and adds nothing: the same as no mask
+  Causal,       // exactly the causal future (key j > query i): the same as is_causal
+  CausalPlus,   // the causal future and more: is_causal plus the mask
+};
+
+template <class E, class Masked, class Neutral>
+MaskContent classify_mask(const E* x, const std::array<std::size_t, 4>& st, const Dims& d, Masked masked,
+                          Neutral neutral) {
+  bool future_masked = true, future_neutral = true, past_neutral = true;
+  for (std::size_t b = 0; b < (st[0] ? d.B : 1); ++b)
+    for (std::size_t h = 0; h < (st[1] ? d.H : 1); ++h)
+      for (std::size_t i = 0; i < (st[2] ? d.T : 1); ++i) {
+        const E* row = x + b * st[0] + h * st[1] + i * st[2];
+        // Without a query stride every query reads row 0: its "future" starts at key 1 for
+        // query 0 only, so that case is causal only for T == 1.
+        const std::size_t split = std::min(d.S, i + 1);
+        for (std::size_t j = 0; j < split; ++j) past_neutral = past_neutral && neutral(row[j * st[3]]);
+        for (std::size_t j = split; j < d.S; ++j) {
+          const E v = row[j * st[3]];
+          future_masked = future_masked && masked(v);
+          future_neutral = future_neutral && neutral(v);
+        }
+        if (!future_masked && !(past_neutral && future_neutral)) return MaskContent::Other;
+      }
+  if (!st[2] && d.T > 1) future_masked = false;  // one row for every query: not causal
+  if (past_neutral && future_neutral) return MaskContent::Nothing;
+  if (future_masked) return past_neutral ? MaskContent::Causal : MaskContent::CausalPlus;
+  return MaskContent::Other;
+}
+
+// classify_mask over a mask tensor ((T, S) or 4-D), remembered for the last few masks seen:
+// a mask built once and passed to every call (a model's causal mask) is scanned once. An
+// entry matches while its storage is alive and unmodified (Tensor::version) and the shape
+// is the same.
+MaskContent mask_content(const Tensor& mask, const Dims& d) {
+  struct Entry {
+    std::weak_ptr<Storage> storage;
+    const Storage* key = nullptr;
+    std::uint64_t version = 0;
+    Shape shape, scores;
+    MaskContent content = MaskContent::Other;
+  };
+  static std::mutex mu;
+  static std::array<Entry, 8> cache;
+  static std::size_t next = 0;
+  const std::shared_ptr<Storage>& storage = mask.impl()->value;
+  const Shape scores{d.B, d.H, d.T, d.S};
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    for (const Entry& e : cache)
+      if (e.key == storage.get() && !e.storage.expired() && e.storage.lock() == storage &&
+          e.version == storage->version && e.shape == mask.shape() && e.scores == scores)
+        return e.content;
+  }
+  const auto st = strides4(mask.shape(), scores);
+  MaskContent content;
+  if (mask.dtype() == DType::Bool) {
+    content = classify_mask(mask.data<bool>(), st, d, [](bool v) { return v; }, [](bool v) { return !v; });
+  } else {
+    content = dispatch_float("attention", mask.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      const T ninf = -std::numeric_limits<T>::infinity();
+      return classify_mask(value<T>(mask).data(), st, d, [ninf](T v) { return v == ninf; },
+                           [](T v) { return v == T(0); });
+    });
+  }
+  std::lock_guard<std::mutex> lk(mu);
+  cache[next] = {storage, storage.get(), storage->version, mask.shape(), scores, content};
+  next = (next + 1) % cache.size();
+  return content;
+}
+
+// A bool mask or constant additive mask that is causal in content takes the is_causal path
+// (future key blocks skipped); one that masks exactly that, or nothing, is dropped.
+void simplify_masks(AttentionMasks& m, const Dims& d) {
+  if (d.T == 0 || d.S == 0) return;
+  auto simplify = [&](Tensor& mask) {
+    if (!mask.defined() || mask.requires_grad()) return;
+    switch (mask_content(mask, d)) {
+      case MaskContent::Nothing: mask = Tensor(); break;
+      case MaskContent::Causal: mask = Tensor(), m.is_causal = true; break;
+      case MaskContent::CausalPlus: m.is_causal = true; break;
+      case MaskContent::Other: break;
+    }
+  };
+  simplify(m.mask);
+  simplify(m.float_mask);
+}
+
 // The masks with `mask` and `float_mask` in the shapes the kernels read: (T, S) or 4-D.
 // `input` names the argument whose dtype is `dtype` ("q" or "qkv").
 AttentionMasks check_masks(const char* op, const AttentionMasks& in, const Dims& d, DType dtype, const char* input) {
@@ -385,6 +482,7 @@ AttentionMasks check_masks(const char* op, const AttentionMasks& in, const Dims&
                               dtype_name(m.float_mask.dtype()), " but '", input, "' is ", dtype_name(dtype));
     m.float_mask = check_attention_mask_shape(op, "float_mask", m.float_mask, full);
   }
+  simplify_masks(m, d);
   return m;
 }
 

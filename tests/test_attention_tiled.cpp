@@ -15,6 +15,7 @@
 #include "xgrad/framework/tensor.hpp"
 #include "xgrad/ops/attention.hpp"
 #include "xgrad/ops/mask.hpp"
+#include "xgrad/ops/shape.hpp"
 
 using namespace xgrad;
 using xgrad::test::allclose;
@@ -218,6 +219,74 @@ BOOST_AUTO_TEST_CASE(no_quadratic_tensor_is_allocated) {
     throw;
   }
   set_max_tensor_bytes(before);
+}
+
+// Masks that are causal in content take the is_causal path: the same bits as is_causal.
+BOOST_AUTO_TEST_CASE(causal_masks_take_the_is_causal_path) {
+  Rng rng(37);
+  const Case c{2, 150, 150, 2, 8, 8};
+  const Inputs in = random_inputs(c, rng, DType::Float32);
+  auto run = [&](const AttentionMasks& m) {
+    Tensor out = attention(in.q, in.k, in.v, c.H, m);
+    auto g = grad({out}, {in.q, in.k, in.v}, {in.g});
+    std::vector<double> all = out.to_vector();
+    for (const Tensor& t : g) {
+      const auto v = t.to_vector();
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  };
+  AttentionMasks causal;
+  causal.is_causal = true;
+  const auto expected = run(causal);
+  const double ninf = -std::numeric_limits<double>::infinity();
+  std::vector<double> additive(c.T * c.S);
+  for (std::size_t i = 0; i < c.T; ++i)
+    for (std::size_t j = 0; j < c.S; ++j) additive[i * c.S + j] = j > i ? ninf : 0.0;
+  std::vector<std::pair<std::string, AttentionMasks>> cases;
+  auto add = [&](const std::string& name, auto fill) {
+    AttentionMasks m;
+    fill(m);
+    cases.emplace_back(name, m);
+  };
+  add("bool (T, S)", [&](AttentionMasks& m) { m.mask = causal_mask(c.T, c.S); });
+  add("bool (1, 1, T, S)", [&](AttentionMasks& m) { m.mask = reshape(causal_mask(c.T, c.S), {1, 1, c.T, c.S}); });
+  add("bool (B*H, T, S)", [&](AttentionMasks& m) {
+    m.mask = bits({c.B * c.H, c.T, c.S}, [&](std::size_t i) { return i % c.S > i / c.S % c.T; });
+  });
+  add("additive 0 / -inf (T, S)", [&](AttentionMasks& m) { m.float_mask = tensor(additive, {c.T, c.S}); });
+  add("bool causal and is_causal", [&](AttentionMasks& m) { m.mask = causal_mask(c.T, c.S), m.is_causal = true; });
+  for (const auto& [name, m] : cases) BOOST_TEST_CONTEXT(name) BOOST_TEST(run(m) == expected);
+  // A mask that masks nothing is no mask.
+  AttentionMasks none, all_false;
+  all_false.mask = zeros({c.T, c.S}, DType::Bool);
+  BOOST_TEST(run(all_false) == run(none));
+}
+
+// Masks that are causal plus more, nearly causal, or changed in place after a first call,
+// give what attention_reference gives for them.
+BOOST_AUTO_TEST_CASE(nearly_causal_and_modified_masks_are_not_mistaken) {
+  Rng rng(38);
+  const Case c{1, 100, 100, 2, 3, 3};
+  const Inputs in = random_inputs(c, rng, DType::Float64);
+  AttentionMasks plus;  // the future and every 9th key of the past
+  plus.mask = bits({c.T, c.S}, [&](std::size_t i) { return i % c.S > i / c.S || i % c.S % 9 == 4; });
+  check_case(c, "causal plus more", plus, in, 1e-12);
+  AttentionMasks near;  // causal but for one visible future key
+  near.mask = bits({c.T, c.S}, [&](std::size_t i) { return i % c.S > i / c.S && i != 5 * c.S + 80; });
+  check_case(c, "causal but one key", near, in, 1e-12);
+  AttentionMasks one_row;  // (1, 1, 1, S): one row for every query, never causal for T > 1
+  one_row.mask = bits({1, 1, 1, c.S}, [](std::size_t i) { return i > 0; });
+  check_case(c, "(1, 1, 1, S) mask", one_row, in, 1e-12);
+  AttentionMasks changed;
+  changed.mask = causal_mask(c.T, c.S);
+  check_case(c, "causal before the write", changed, in, 1e-12);
+  changed.mask.mutable_data<bool>()[3 * c.S + 50] = false;  // query 3 may now see key 50
+  check_case(c, "after an in-place write", changed, in, 1e-12);
+  Tensor a = attention(in.q, in.k, in.v, c.H, changed), r = attention_reference(in.q, in.k, in.v, c.H, changed).out;
+  AttentionMasks causal;
+  causal.is_causal = true;
+  BOOST_TEST(!allclose(a, attention(in.q, in.k, in.v, c.H, causal), 1e-6, 1e-6));  // the write is seen
 }
 
 BOOST_AUTO_TEST_SUITE_END()
