@@ -225,11 +225,12 @@ XGRAD_FASTMATH_INLINE void probs_rows_impl(T* X, std::size_t r0, std::size_t r1,
   }
 }
 
-// Softmax backward in place over r rows of c keys: g = p * (g - rowsum(g * p)).
+// Softmax backward in place over r rows of c keys (P's row stride ldp, G's c):
+// g = p * (g - rowsum(g * p)).
 template <class T>
-XGRAD_FASTMATH_INLINE void softmax_grad_rows_impl(const T* P, T* G, std::size_t r, std::size_t c) {
+XGRAD_FASTMATH_INLINE void softmax_grad_rows_impl(const T* P, std::size_t ldp, T* G, std::size_t r, std::size_t c) {
   for (std::size_t i = 0; i < r; ++i) {
-    const T* p = P + i * c;
+    const T* p = P + i * ldp;
     T* g = G + i * c;
     const T dot = detail::lane_sum<T, kLanes>(c, [g, p](std::size_t j) { return g[j] * p[j]; });
     for (std::size_t j = 0; j < c; ++j) g[j] = p[j] * (g[j] - dot);
@@ -254,10 +255,12 @@ XGRAD_ISA_KERNEL(probs_rows_f32,
                  (float* X, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
                   std::size_t h, const MaskView<float>& m, const float* stats),
                  (X, r0, r1, c, S, b, h, m, stats))
-XGRAD_FASTMATH_INLINE void softmax_grad_rows_f32_body(const float* P, float* G, std::size_t r, std::size_t c) {
-  softmax_grad_rows_impl<float>(P, G, r, c);
+XGRAD_FASTMATH_INLINE void softmax_grad_rows_f32_body(const float* P, std::size_t ldp, float* G, std::size_t r,
+                                                      std::size_t c) {
+  softmax_grad_rows_impl<float>(P, ldp, G, r, c);
 }
-XGRAD_ISA_KERNEL(softmax_grad_rows_f32, (const float* P, float* G, std::size_t r, std::size_t c), (P, G, r, c))
+XGRAD_ISA_KERNEL(softmax_grad_rows_f32, (const float* P, std::size_t ldp, float* G, std::size_t r, std::size_t c),
+                 (P, ldp, G, r, c))
 
 template <class T>
 void softmax_rows(T* X, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b, std::size_t h,
@@ -272,9 +275,9 @@ void probs_rows(T* X, std::size_t r0, std::size_t r1, std::size_t c, std::size_t
   else probs_rows_impl<T>(X, r0, r1, c, S, b, h, m, stats);
 }
 template <class T>
-void softmax_grad_rows(const T* P, T* G, std::size_t r, std::size_t c) {
-  if constexpr (std::is_same_v<T, float>) softmax_grad_rows_f32(P, G, r, c);
-  else softmax_grad_rows_impl<T>(P, G, r, c);
+void softmax_grad_rows(const T* P, std::size_t ldp, T* G, std::size_t r, std::size_t c) {
+  if constexpr (std::is_same_v<T, float>) softmax_grad_rows_f32(P, ldp, G, r, c);
+  else softmax_grad_rows_impl<T>(P, ldp, G, r, c);
 }
 
 // Multiply-adds of one head's forward (the GEMMs; the softmax is of the order T S).
@@ -288,33 +291,39 @@ std::size_t block_keys(const Dims& d, const MaskView<T>& m, std::size_t r1) {
 }
 
 // out (B, T, H*Dv) and the row statistics stats (B, H, T, 2) = (max, 1 / sum) of every
-// query's softmax; the probabilities live one row block at a time in a (kRowBlock, S) scratch.
+// query's softmax; the probabilities live one row block at a time in a (kRowBlock, S) scratch,
+// and are copied into `saved` (B, H, T, S) when it is given (keys [0, c) of each row block:
+// the ones its backward reads).
 template <class T>
 void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
-                    const MaskView<T>& m, T* stats, HeadView<T> out) {
+                    const MaskView<T>& m, T* stats, T* saved, HeadView<T> out) {
   parallel_for(d.B * d.H, head_cost(d), [&](std::size_t begin, std::size_t end) {
-    std::vector<T> P(std::min(kRowBlock, d.T) * d.S);  // (r, c), row stride c
+    const std::unique_ptr<T[]> P(new T[std::min(kRowBlock, d.T) * d.S]);  // (r, c), row stride c; uninitialised
     for (std::size_t bh = begin; bh < end; ++bh) {
       const std::size_t b = bh / d.H, h = bh % d.H;
       for (std::size_t r0 = 0; r0 < d.T; r0 += kRowBlock) {
         const std::size_t r1 = std::min(d.T, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, r1);
-        detail::gemm<T>(false, true, r, c, d.D, scale, q.at(b, h, r0), q.ld, k.at(b, h), k.ld, T(0), P.data(), c);
-        softmax_rows(P.data(), r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
-        detail::gemm<T>(false, false, r, d.Dv, c, T(1), P.data(), c, v.at(b, h), v.ld, T(0), out.at(b, h, r0), out.ld);
+        detail::gemm<T>(false, true, r, c, d.D, scale, q.at(b, h, r0), q.ld, k.at(b, h), k.ld, T(0), P.get(), c);
+        softmax_rows(P.get(), r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
+        if (saved)
+          for (std::size_t i = 0; i < r; ++i) std::copy_n(P.get() + i * c, c, saved + (bh * d.T + r0 + i) * d.S);
+        detail::gemm<T>(false, false, r, d.Dv, c, T(1), P.get(), c, v.at(b, h), v.ld, T(0), out.at(b, h, r0), out.ld);
       }
     }
   });
 }
 
 // Gradients into dq, dk, dv (a view with base nullptr is skipped), every element written.
-// Each row block's probabilities are recomputed from q, k and the saved row statistics.
+// Each row block's probabilities are read from `saved` when the forward kept them, else
+// recomputed from q, k and the row statistics (the same bits either way).
 template <class T>
 void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
-                     const T* stats, const MaskView<T>& m, HeadView<const T> dout, HeadView<T> dq, HeadView<T> dk,
-                     HeadView<T> dv) {
+                     const T* stats, const T* saved, const MaskView<T>& m, HeadView<const T> dout, HeadView<T> dq,
+                     HeadView<T> dk, HeadView<T> dv) {
   parallel_for(d.B * d.H, 3 * head_cost(d), [&](std::size_t begin, std::size_t end) {
     const std::size_t scratch = std::min(kRowBlock, d.T) * d.S;
-    std::vector<T> P(scratch), dP(scratch);  // (r, c), row stride c
+    // (r, c), row stride c; uninitialised (every GEMM here writes all of its C with beta 0)
+    const std::unique_ptr<T[]> P(new T[saved ? 0 : scratch]), dP(new T[scratch]);
     for (std::size_t bh = begin; bh < end; ++bh) {
       const std::size_t b = bh / d.H, h = bh % d.H;
       // Row blocks from the last: its keys [0, c) include every earlier block's, so its
@@ -329,14 +338,18 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
         const std::size_t r1 = std::min(d.T, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, r1);
         const T beta = r1 == d.T ? T(0) : T(1);
         const T* dO = dout.at(b, h, r0);
-        detail::gemm<T>(false, true, r, c, d.D, scale, q.at(b, h, r0), q.ld, k.at(b, h), k.ld, T(0), P.data(), c);
-        probs_rows(P.data(), r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
-        if (dv.base) detail::gemm<T>(true, false, c, d.Dv, r, T(1), P.data(), c, dO, dout.ld, beta, dv.at(b, h), dv.ld);
+        const T* Pr = saved ? saved + (bh * d.T + r0) * d.S : P.get();
+        const std::size_t ldp = saved ? d.S : c;
+        if (!saved) {
+          detail::gemm<T>(false, true, r, c, d.D, scale, q.at(b, h, r0), q.ld, k.at(b, h), k.ld, T(0), P.get(), c);
+          probs_rows(P.get(), r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
+        }
+        if (dv.base) detail::gemm<T>(true, false, c, d.Dv, r, T(1), Pr, ldp, dO, dout.ld, beta, dv.at(b, h), dv.ld);
         if (!dq.base && !dk.base) continue;
-        detail::gemm<T>(false, true, r, c, d.Dv, T(1), dO, dout.ld, v.at(b, h), v.ld, T(0), dP.data(), c);
-        softmax_grad_rows(P.data(), dP.data(), r, c);
-        if (dq.base) detail::gemm<T>(false, false, r, d.D, c, scale, dP.data(), c, k.at(b, h), k.ld, T(0), dq.at(b, h, r0), dq.ld);
-        if (dk.base) detail::gemm<T>(true, false, c, d.D, r, scale, dP.data(), c, q.at(b, h, r0), q.ld, beta, dk.at(b, h), dk.ld);
+        detail::gemm<T>(false, true, r, c, d.Dv, T(1), dO, dout.ld, v.at(b, h), v.ld, T(0), dP.get(), c);
+        softmax_grad_rows(Pr, ldp, dP.get(), r, c);
+        if (dq.base) detail::gemm<T>(false, false, r, d.D, c, scale, dP.get(), c, k.at(b, h), k.ld, T(0), dq.at(b, h, r0), dq.ld);
+        if (dk.base) detail::gemm<T>(true, false, c, d.D, r, scale, dP.get(), c, q.at(b, h, r0), q.ld, beta, dk.at(b, h), dk.ld);
       }
     }
   });
@@ -525,6 +538,24 @@ std::array<Tensor, 3> composite_backward(const Tensor& q, const Tensor& k, const
   return {dq, dk, dv};
 }
 
+// Whether the forward keeps the (B, H, T, S) probabilities for the backward (saving it one
+// GEMM and one exp per score) instead of only the row statistics: when they take at most
+// kKeptProbabilitiesBytes (and fit max_tensor_bytes()). Decided from shapes and that limit
+// only, and the backward's probabilities have the same bits either way, so the choice never
+// changes a result; memory stays linear in T above the bound.
+constexpr std::size_t kKeptProbabilitiesBytes = std::size_t(32) << 20;
+bool keep_probabilities(const Dims& d, std::size_t itemsize) {
+  const double bytes = double(d.B) * double(d.H) * double(d.T) * double(d.S) * double(itemsize);
+  return bytes <= double(std::min(kKeptProbabilitiesBytes, max_tensor_bytes()));
+}
+// Whether record_fused will record a node for these inputs (else nothing is kept).
+bool recording(const std::vector<Tensor>& inputs) {
+  if (!is_grad_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.requires_grad()) return true;
+  return false;
+}
+
 // The fused op over q, k, v given as (data, row stride, first column) inside `inputs`
 // (three tensors, or one packed qkv).
 Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d, const AttentionMasks& masks,
@@ -542,6 +573,7 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
     return std::array<HeadView<P>, 3>{heads_of(q, d.T, E, d.D), heads_of(k, d.S, E, d.D), heads_of(v, d.S, Ev, d.Dv)};
   };
   Tensor stats;  // (B, H, T, 2): each query's softmax max and 1 / sum
+  Tensor saved;  // (B, H, T, S) probabilities, when small enough to keep (keep_probabilities)
   Tensor out = dispatch_float(op, inputs[0].dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* q = value<T>(inputs[0]).data();
@@ -549,10 +581,13 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
     const T* v = packed ? q : value<T>(inputs[2]).data();
     auto st = empty_array<T>({d.B, d.H, d.T, 2}, op);
     auto o = empty_array<T>({d.B, d.T, Ev}, op);
+    const bool keep = keep_probabilities(d, sizeof(T)) && recording(inputs);
+    auto P = empty_array<T>(keep ? Shape{d.B, d.H, d.T, d.S} : Shape{0}, op);
     const auto in = views(q, k, v);
-    forward_kernel<T>(d, T(scale), in[0], in[1], in[2], mask_view<T>(masks, d), st.data(),
+    forward_kernel<T>(d, T(scale), in[0], in[1], in[2], mask_view<T>(masks, d), st.data(), keep ? P.data() : nullptr,
                       heads_of(o.data(), d.T, Ev, d.Dv));
     stats = make_tensor(std::move(st));
+    if (keep) saved = make_tensor(std::move(P));
     return make_tensor(std::move(o));
   });
   auto differentiable = [=](const Node& n, const Tensor& g) -> std::vector<Tensor> {
@@ -585,7 +620,8 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
         for (std::size_t i = 0; i < 3; ++i)
           if (n.needs_grad(i)) out[i] = all[i];
       }
-      backward_kernel<T>(d, T(scale), in[0], in[1], in[2], value<T>(stats).data(), mask_view<T>(masks, d), dO,
+      backward_kernel<T>(d, T(scale), in[0], in[1], in[2], value<T>(stats).data(),
+                         saved.defined() ? value<T>(saved).data() : nullptr, mask_view<T>(masks, d), dO,
                          out[0], out[1], out[2]);
       std::vector<Tensor> result;
       for (std::size_t i = 0; i < grads.size(); ++i)
