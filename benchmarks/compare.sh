@@ -141,6 +141,7 @@ for t in $threads_list; do
   done
   run_xgrad "$t" cblas "^BM_cblas_"
   run_xgrad "$t" large "^BM_mha/large/"
+  run_xgrad "$t" large_mask "^BM_mha_bool_mask/large/"
   run_torch "$t" large --configs large
   run_libtorch "$t" large
   run_xgrad "$t" train "^BM_train_step_reverse"
@@ -277,6 +278,11 @@ if x1 and ref:
         gfl = fl * 1e-6 / floor
         print(f"  the layer's GEMMs, dense, in raw cblas (no softmax/bias/copies): {floor:.1f} ms, {gfl:.1f}"
               f" GFLOP/s; xgrad takes {x1 / floor:.2f}x that time")
+for t in threads_list:
+    xm, xc = xg.get((t, "BM_mha_bool_mask/large")), xg.get((t, "BM_mha/large"))
+    if xm and xc:
+        print(f"large, {t} thread(s), causality as a bool attn_mask instead of is_causal: {xm:.1f} ms"
+              f" vs {xc:.1f} ms ({xm / xc:.2f}x; the op detects the causal mask)")
 for t in threads_list:
     if t == "1":
         continue
