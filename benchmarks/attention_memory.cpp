@@ -20,16 +20,9 @@
 #include <vector>
 
 #include "xgrad/xgrad.hpp"
+#include "proc_status.hpp"
 
 namespace {
-
-long status_kb(const std::string& key) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind(key + ":", 0) == 0) return std::strtol(line.c_str() + key.size() + 1, nullptr, 10);
-  return -1;
-}
 
 [[noreturn]] void usage() {
   std::cerr << "usage: attention_memory --T N [--B 1] [--E 512] [--H 8] [--reps 1] [--threads 1]\n";

@@ -21,13 +21,8 @@ import statistics
 import sys
 import time
 
-
-def status_kb(key):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    return -1
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_mha import status_kb  # noqa: E402  (imports nothing heavy: torch is imported in main)
 
 
 def main():
