@@ -15,7 +15,10 @@
 #include "xgrad/framework/tensor.hpp"
 #include "xgrad/ops/attention.hpp"
 #include "xgrad/ops/mask.hpp"
+#include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/matmul.hpp"
 #include "xgrad/ops/shape.hpp"
+#include "xgrad/ops/softmax.hpp"
 
 using namespace xgrad;
 using xgrad::test::allclose;
@@ -312,6 +315,13 @@ BOOST_AUTO_TEST_CASE(nearly_causal_and_modified_masks_are_not_mistaken) {
   AttentionMasks one_row;  // (1, 1, 1, S): one row for every query, never causal for T > 1
   one_row.mask = bits({1, 1, 1, c.S}, [](std::size_t i) { return i > 0; });
   check_case(c, "(1, 1, 1, S) mask", one_row, in, 1e-12);
+  // attention_reference simplifies masks too: also against a composition that never does.
+  for (const AttentionMasks* m : {&plus, &near, &one_row}) {
+    const Tensor scores = mul_scalar(matmul(split_heads(in.q, c.H), split_heads(in.k, c.H), false, true),
+                                     1.0 / std::sqrt(double(c.D)));
+    const Tensor direct = merge_heads(matmul(masked_softmax(scores, m->mask, -1), split_heads(in.v, c.H)));
+    BOOST_TEST(allclose(attention(in.q, in.k, in.v, c.H, *m), direct, 1e-12, 1e-12));
+  }
   AttentionMasks changed;
   changed.mask = causal_mask(c.T, c.S);
   check_case(c, "causal before the write", changed, in, 1e-12);
