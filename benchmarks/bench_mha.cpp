@@ -1,5 +1,6 @@
 // bench_mha: the workloads of the "Performance" issue, xgrad side.
 //
+//   BM_mha_bool_mask/<cfg>  the same with causality as an explicit bool attn_mask
 //   BM_mha/<cfg>         MultiHeadAttention self-attention, float32, causal (is_causal), need_weights
 //                        off, forward + backward to the input and every parameter:
 //                          out = mha(x, x, x); loss = sum(out * upstream); loss.backward()
@@ -69,13 +70,16 @@ void set_flops(benchmark::State& state, double flops_per_iter) {
   state.counters["GFLOP"] = flops_per_iter * 1e-9;
 }
 
-void BM_mha(benchmark::State& state, MhaConfig c) {
+// bool_mask: causality as an explicit bool attn_mask (causal_mask(T), as PyTorch 1.13 users
+// write it) instead of is_causal; the op detects it (ops/attention.hpp) and takes the same path.
+void BM_mha(benchmark::State& state, MhaConfig c, bool bool_mask) {
   xgrad::Rng rng(0);
   xgrad::MultiHeadAttention mha(xgrad::MultiHeadAttentionOptions(c.E, c.H), rng);
   xgrad::Tensor x = xgrad::randn({c.B, c.T, c.E}, rng).set_requires_grad();
   xgrad::Tensor upstream = xgrad::randn({c.B, c.T, c.E}, rng);
   xgrad::AttentionOptions opt;
-  opt.is_causal = true;
+  if (bool_mask) opt.attn_mask = xgrad::causal_mask(c.T);
+  else opt.is_causal = true;
   opt.need_weights = false;
   const auto params = mha.parameters();
   for (auto _ : state) {
@@ -183,7 +187,11 @@ void BM_train_step_reverse(benchmark::State& state) {
 int main(int argc, char** argv) {
   const int threads = set_threads_from_env("bench_mha");
   for (const MhaConfig& c : kConfigs)
-    benchmark::RegisterBenchmark((std::string("BM_mha/") + c.name).c_str(), BM_mha, c)
+    benchmark::RegisterBenchmark((std::string("BM_mha/") + c.name).c_str(), BM_mha, c, false)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  for (const MhaConfig& c : kConfigs)
+    benchmark::RegisterBenchmark((std::string("BM_mha_bool_mask/") + c.name).c_str(), BM_mha, c, true)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_cblas_sgemm_ref/threads:1", BM_cblas_sgemm_ref, 1)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# compare.sh — xgrad vs PyTorch 1.13 on the "Performance" issue's workloads, in one run.
+# compare.sh — xgrad vs PyTorch 1.13 (Python, and libtorch's C++ API when built) on the
+# "Performance" issue's workloads, in one run.
 #
 # usage: benchmarks/compare.sh [--reps R] [--min-time S] [--threads "1 2"] [--rss-steps N]
 #                              [--out DIR] [--no-build]
@@ -9,6 +10,8 @@
 #   --rss-steps N   training steps in each peak-RSS driver run (default 30)
 #   --out DIR       keep every raw JSON result there (default: a fresh build-bench/compare-<time>)
 #   --no-build      do not (re)build; use the binaries in build-bench/
+#   --no-libtorch   skip the libtorch C++ column (default: built and run when CMake finds libtorch,
+#                   Debian's libtorch-dev; scripts/install-bench-deps.sh installs it)
 # Environment: TORCH_PYTHON (default /usr/bin/python3, Debian's python3-torch);
 #   MHA_TARGET: override the per-config ratio targets (tiny 0.10, small 0.50, mid 0.80, large 0.95).
 #
@@ -18,11 +21,14 @@
 #   2. for each thread count, for each workload in turn (tiny, small, mid, raw cblas
 #      references, large, training step), runs the xgrad case (Google Benchmark JSON via
 #      --benchmark_out) and then the same workload in PyTorch (benchmarks/torch_mha.py),
-#      so drift on a shared machine hits both sides alike;
+#      and the libtorch C++ side (benchmarks/libtorch_mha.cpp: torch::nn::MultiheadAttention,
+#      the same workload without Python's per-call overhead) when available,
+#      so drift on a shared machine hits every side alike;
 #      (PyTorch with more than one thread runs twice, default and OMP_WAIT_POLICY=PASSIVE; the
 #      table uses the faster and lists both);
 #   3. runs the peak-RSS drivers (train_step_rss and torch_mha.py --rss) as separate processes;
-#   4. prints the table. ratio = xgrad median / torch median (< 1 = xgrad faster).
+#   4. prints the table. ratio = xgrad median / torch median (< 1 = xgrad faster); "C++ ratio"
+#      = xgrad median / libtorch median. Every time in it is wall clock (medians).
 # Never part of the test suite. Absolute times drift between runs: compare ratios of one run.
 set -euo pipefail
 
@@ -35,6 +41,7 @@ threads_list="1 2"
 rss_steps=30
 out=""
 do_build=1
+use_libtorch=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --reps) reps=$2; shift 2 ;;
@@ -43,6 +50,7 @@ while [[ $# -gt 0 ]]; do
     --rss-steps) rss_steps=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --no-build) do_build=0; shift ;;
+    --no-libtorch) use_libtorch=0; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "compare.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -54,7 +62,13 @@ if [[ $do_build == 1 ]]; then
   cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DXGRAD_BUILD_BENCHMARKS=ON -DXGRAD_BUILD_TESTS=OFF -DXGRAD_BUILD_EXAMPLES=OFF >/dev/null
   cmake --build "$build" --target bench_mha bench_ops train_step_rss
+  if [[ $use_libtorch == 1 ]]; then  # a target only when CMake found libtorch
+    cmake --build "$build" --target libtorch_mha >"$build/libtorch_mha-build.log" 2>&1 ||
+      echo "compare.sh: no libtorch_mha (libtorch-dev not found, or see $build/libtorch_mha-build.log); no C++ column" >&2
+  fi
 fi
+libtorch_bin="$build/benchmarks/libtorch_mha"
+[[ $use_libtorch == 1 && -x $libtorch_bin ]] || use_libtorch=0
 bench="$build/benchmarks/bench_mha"
 rss_bin="$build/benchmarks/train_step_rss"
 [[ -x $bench && -x $rss_bin ]] || { echo "compare.sh: $bench or $rss_bin missing (build first)" >&2; exit 2; }
@@ -110,15 +124,26 @@ run_torch() {  # threads, tag, torch_mha.py args...
   fi
 }
 
+run_libtorch() {  # threads, config
+  [[ $use_libtorch == 1 ]] || return 0
+  echo "  libtorch $2 (threads $1)" >&2
+  OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS=$1 "$libtorch_bin" --threads "$1" --configs "$2" --reps "$reps" \
+    --min-time "$min_time" --warmup 0.3 >"$out/libtorch_t$1_$2.json" 2>"$out/libtorch_t$1_$2.log" ||
+    echo "compare.sh: libtorch $2 (threads $1) failed; see $out/libtorch_t$1_$2.log" >&2
+}
+
 for t in $threads_list; do
   echo "threads $t:" >&2
   for cfg in tiny small mid; do
     run_xgrad "$t" "$cfg" "^BM_mha/$cfg/"
     run_torch "$t" "$cfg" --configs "$cfg"
+    run_libtorch "$t" "$cfg"
   done
   run_xgrad "$t" cblas "^BM_cblas_"
   run_xgrad "$t" large "^BM_mha/large/"
+  run_xgrad "$t" large_mask "^BM_mha_bool_mask/large/"
   run_torch "$t" large --configs large
+  run_libtorch "$t" large
   run_xgrad "$t" train "^BM_train_step_reverse"
   run_torch "$t" train --configs "" --train
 done
@@ -141,11 +166,13 @@ CFG = {"tiny": (1, 8, 16, 2), "small": (8, 32, 64, 4), "mid": (8, 64, 128, 8), "
 def flops(B, T, E):  # GEMM FLOPs of MHA fwd+bwd: 24 B T E^2 + 12 B T^2 E
     return 24.0 * B * T * E * E + 12.0 * B * T * T * E
 
-def performed_flops(B, T, E, block=64):
+def performed_flops(B, T, E, block=64, gemms=7):
     # xgrad's causal attention skips key blocks wholly in the future: query rows [r0, r0 + 64)
-    # compute keys [0, min(T, r0 + 64)) only (ops/attention.cpp), 6 GEMMs of 2 r c D per head.
+    # compute keys [0, min(T, r0 + 64)) only (ops/attention.cpp); per head and row block it runs
+    # gemms GEMMs of 2 r c D: 2 forward, 5 backward (the scores are recomputed there: the
+    # memory-linear attention); gemms=6 counts only the layer's own 6 (no recomputation).
     rc = sum((min(T, r0 + block) - r0) * min(T, r0 + block) for r0 in range(0, T, block))
-    return 24.0 * B * T * E * E + 12.0 * B * E * rc
+    return 24.0 * B * T * E * E + 2.0 * gemms * B * E * rc
 
 def to_ms(v, unit):
     return v * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
@@ -175,6 +202,16 @@ for path in sorted(glob.glob(os.path.join(out, "torch_t*_*.json"))):
         tc_all.setdefault(key, {})[variant] = r["median_ms"]
         tc[key] = min(tc.get(key, float("inf")), r["median_ms"])
 
+lt = {}  # (threads, name) -> libtorch median ms
+for path in sorted(glob.glob(os.path.join(out, "libtorch_t*_*.json"))):
+    t = os.path.basename(path).split("_")[1][1:]
+    try:
+        data = json.load(open(path))
+    except (OSError, ValueError):
+        continue
+    for r in data.get("results", []):
+        lt[(t, r["name"].replace("mha/", "BM_mha/"))] = r["median_ms"]
+
 def f(v, spec):  # "-" for a missing value, padded to the field width of spec
     return format(v, spec) if v is not None else "-".rjust(int(spec.split(".")[0]))
 
@@ -190,20 +227,24 @@ try:
 except (OSError, IndexError, ValueError):
     pass
 print("MultiHeadAttention self-attention, causal, need_weights off, forward+backward (median ms)")
-print("ratio = xgrad / torch (< 1: xgrad faster); GFLOP/s from 24BTE^2 + 12BT^2E GEMM FLOPs")
-hdr = f"{'config':<7}{'B':>3}{'T':>5}{'E':>5}{'H':>3}{'thr':>4}{'xgrad ms':>11}{'torch ms':>11}{'ratio':>8}{'target':>8}{'met?':>6}{'xgrad GF/s':>12}{'torch GF/s':>12}"
+print("ratio = xgrad / torch (Python) (< 1: xgrad faster); C++ ratio = xgrad / libtorch C++ (torch::nn::MultiheadAttention);")
+print("all wall-clock medians; GFLOP/s from 24BTE^2 + 12BT^2E GEMM FLOPs")
+hdr = (f"{'config':<7}{'B':>3}{'T':>5}{'E':>5}{'H':>3}{'thr':>4}{'xgrad ms':>11}{'torch ms':>11}{'ratio':>8}{'target':>8}"
+       f"{'met?':>6}{'C++ ms':>11}{'C++ ratio':>10}{'xgrad GF/s':>12}{'torch GF/s':>12}")
 print(hdr)
 print("-" * len(hdr))
 for t in threads_list:
     for cfg, (B, T, E, H) in CFG.items():
         x, p = xg.get((t, f"BM_mha/{cfg}")), tc.get((t, f"BM_mha/{cfg}"))
+        c = lt.get((t, f"BM_mha/{cfg}"))
         ratio = x / p if x and p else None
+        cratio = x / c if x and c else None
         target = mha_target if mha_target > 0 else {"tiny": 0.10, "small": 0.50, "mid": 0.80, "large": 0.95}[cfg]
         met = "-" if ratio is None else ("yes" if ratio <= target else "NO")
         gx = flops(B, T, E) * 1e-6 / x if x else None
         gp = flops(B, T, E) * 1e-6 / p if p else None
         print(f"{cfg:<7}{B:>3}{T:>5}{E:>5}{H:>3}{t:>4}{f(x, '11.3f')}{f(p, '11.3f')}{f(ratio, '8.2f')}"
-              f"{'<=' + format(target, '.2f'):>8}{met:>6}{f(gx, '12.1f')}{f(gp, '12.1f')}")
+              f"{'<=' + format(target, '.2f'):>8}{met:>6}{f(c, '11.3f')}{f(cratio, '10.2f')}{f(gx, '12.1f')}{f(gp, '12.1f')}")
 
 multi = sorted({k for k, v in tc_all.items() if len(v) > 1})
 if multi:
@@ -227,12 +268,21 @@ if x1 and ref:
     ppf = 100 * gpf / gref
     print(f"large, 1 thread, raw cblas_sgemm (M2048 N1536 K512, 1 thread) {gref:.1f} GFLOP/s:")
     print(f"  xgrad on the GEMM FLOPs it performs ({performed_flops(B, T, E) * 1e-9:.2f} GFLOP: causal future"
-          f" blocks skipped) {gpf:.1f} GFLOP/s = {ppf:.0f}% (target >= 90%: {'met' if ppf >= 90 else 'NOT met'})")
+          f" blocks skipped, scores recomputed in the backward) {gpf:.1f} GFLOP/s = {ppf:.0f}%"
+          f" (target >= 90%: {'met' if ppf >= 90 else 'NOT met'})")
+    g6 = performed_flops(B, T, E, gemms=6) * 1e-6 / x1
+    print(f"  without the recomputed scores ({performed_flops(B, T, E, gemms=6) * 1e-9:.2f} GFLOP): {g6:.1f} GFLOP/s"
+          f" = {100 * g6 / gref:.0f}%")
     print(f"  counted dense as PyTorch performs them ({fl * 1e-9:.2f} GFLOP): {gx:.1f} GFLOP/s = {pct:.0f}%")
     if floor:
         gfl = fl * 1e-6 / floor
         print(f"  the layer's GEMMs, dense, in raw cblas (no softmax/bias/copies): {floor:.1f} ms, {gfl:.1f}"
               f" GFLOP/s; xgrad takes {x1 / floor:.2f}x that time")
+for t in threads_list:
+    xm, xc = xg.get((t, "BM_mha_bool_mask/large")), xg.get((t, "BM_mha/large"))
+    if xm and xc:
+        print(f"large, {t} thread(s), causality as a bool attn_mask instead of is_causal: {xm:.1f} ms"
+              f" vs {xc:.1f} ms ({xm / xc:.2f}x; the op detects the causal mask)")
 for t in threads_list:
     if t == "1":
         continue

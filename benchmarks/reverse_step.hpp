@@ -57,7 +57,7 @@ class ReverseTrainer {
 
   ReverseTrainer()
       : model_(reverse_config()),
-        optimizer_(model_.named_parameters(), 3e-3, 0.9, 0.98, 1e-9, 0.01) {
+        optimizer_(model_.named_parameters(), xgrad::AdamWOptions(3e-3).betas(0.9, 0.98).eps(1e-9).weight_decay(0.01)) {
     xgrad::Rng rng(12345);
     for (std::size_t i = 0; i < kBatches; ++i) batches_.push_back(make_reverse_batch(rng, kBatch));
   }

@@ -13,16 +13,9 @@
 #include <string>
 
 #include "reverse_step.hpp"
+#include "proc_status.hpp"
 
 namespace {
-
-long status_kb(const std::string& key) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind(key + ":", 0) == 0) return std::strtol(line.c_str() + key.size() + 1, nullptr, 10);
-  return -1;
-}
 
 long arg_value(int argc, char** argv, const std::string& name, long def) {
   for (int i = 1; i + 1 < argc; ++i)

@@ -86,6 +86,80 @@ void detail::allocation_failed(std::size_t n, std::size_t size, bool over_limit)
   throw_error<MemoryError>("allocate", "out of memory allocating ", n, " elements of ", size, " bytes");
 }
 
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kCacheBlocks = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kCacheBlocks = false;
+#else
+constexpr bool kCacheBlocks = true;
+#endif
+#else
+constexpr bool kCacheBlocks = true;
+#endif
+
+constexpr std::size_t kAlign = AlignedAllocator<char>::kAlignment;
+constexpr std::size_t kSmallestClass = AlignedAllocator<char>::kAlignFrom;  // 512 B
+constexpr std::size_t kClasses = 8;                                          // 512 B .. 64 KiB
+constexpr std::size_t kBlocksPerClass = 16;
+
+// Size class of a block of `bytes` (>= 512): the k with 512 * 2^(k-1) < bytes <= 512 * 2^k,
+// kClasses when larger than the largest class.
+std::size_t size_class(std::size_t bytes) {
+  if (bytes > (kSmallestClass << (kClasses - 1))) return kClasses;
+  std::size_t k = 0;
+  for (std::size_t c = kSmallestClass; c < bytes; c <<= 1) ++k;
+  return k;
+}
+
+void* raw_aligned(std::size_t bytes) {
+  void* raw = std::malloc(bytes + kAlign);
+  if (!raw) detail::allocation_failed(bytes, 1, false);
+  auto at = (reinterpret_cast<std::uintptr_t>(raw) + kAlign) & ~std::uintptr_t(kAlign - 1);
+  reinterpret_cast<void**>(at)[-1] = raw;
+  return reinterpret_cast<void*>(at);
+}
+void raw_free(void* p) { std::free(reinterpret_cast<void**>(p)[-1]); }
+
+// Freed blocks of each size class, per thread (a block freed on another thread than the one
+// that made it joins the freeing thread's cache). Emptied when the thread ends; a block freed
+// after that (static destructors) goes back to malloc.
+struct BlockCache {
+  void* blocks[kClasses][kBlocksPerClass];
+  std::size_t count[kClasses] = {};
+  bool alive = true;
+  ~BlockCache() {
+    alive = false;
+    for (std::size_t k = 0; k < kClasses; ++k)
+      for (std::size_t i = 0; i < count[k]; ++i) raw_free(blocks[k][i]);
+  }
+};
+thread_local BlockCache t_blocks;
+
+}  // namespace
+
+void* detail::aligned_allocate(std::size_t bytes) {
+  const std::size_t k = kCacheBlocks ? size_class(bytes) : kClasses;
+  if (k == kClasses) return raw_aligned(bytes);
+  BlockCache& c = t_blocks;
+  if (c.count[k] > 0) return c.blocks[k][--c.count[k]];
+  return raw_aligned(kSmallestClass << k);
+}
+
+void detail::aligned_deallocate(void* p, std::size_t bytes) noexcept {
+  const std::size_t k = kCacheBlocks ? size_class(bytes) : kClasses;
+  if (k < kClasses) {
+    BlockCache& c = t_blocks;
+    if (c.alive && c.count[k] < kBlocksPerClass) {
+      c.blocks[k][c.count[k]++] = p;
+      return;
+    }
+  }
+  raw_free(p);
+}
+
 Tensor::Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
 static TensorImpl& checked(const std::shared_ptr<TensorImpl>& p) {

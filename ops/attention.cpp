@@ -1,27 +1,34 @@
-// Fused multi-head attention: forward and backward on strided head slices.
+// Fused multi-head attention: forward and backward on strided head slices, in memory
+// linear in the sequence length.
 //
 // Head h of batch b of a (B, L, H*w) operand is the column block [h*w, (h+1)*w) of its L
 // rows; GEMMs read and write it in place through their leading dimension (ld = H*w, or
 // 3*H*D for packed qkv), so heads are never split or merged by copies.
 //
-// For each (b, h) and each block of query rows [r0, r1) (r rows; with is_causal only keys
+// For each (b, h) and each block of 64 query rows [r0, r1) (r rows; with is_causal only keys
 // [0, c) with c = min(S, r1) can be visible, so the masked future is not computed):
 //   forward                                        shapes
-//     P  = scale Q K^T                             (r, c)    gemm, into the saved P
-//     P  = row softmax(P + float_mask), masked     (r, S)    zeros for keys >= c
-//     O  = P V                                     (r, Dv)   gemm
+//     X  = scale Q K^T                             (r, c)    gemm, into a per-thread scratch
+//     X  = row softmax(X + float_mask), masked     (r, c)    also saves m = row max, l = 1 / row sum
+//     O  = X V                                     (r, Dv)   gemm
 //   backward, upstream dO (r, Dv)
-//     dP = dO V^T                                  (r, c)    gemm
+//     P  = exp(scale Q K^T + float_mask - m) l     (r, c)    gemm + one pass: the forward's bits
 //     dV += P^T dO                                 (c, Dv)   gemm, summed over row blocks
+//     dP = dO V^T                                  (r, c)    gemm
 //     dS = P * (dP - rowsum(dP * P))               (r, c)    softmax backward (in dP)
 //     dQ = scale dS K                              (r, D)    gemm
 //     dK += scale dS^T Q                           (c, D)    gemm, summed over row blocks
+// Saved for the backward: the inputs and (B, H, T, 2) row statistics; the probabilities exist
+// only as (64, S) scratch per thread (the FlashAttention recomputation; keys are not tiled, so
+// a row block's softmax is the exact one-pass softmax and its GEMMs keep long key extents).
 // (b, h) pairs run in parallel_for. Under create_graph the backward is instead composed of
-// differentiable xgrad ops (attention_composite_backward) so it can be differentiated again.
+// differentiable xgrad ops (composite_backward) so it can be differentiated again.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <type_traits>
 
 #include "xgrad/framework/parallel.hpp"
@@ -38,7 +45,7 @@
 namespace xgrad {
 namespace {
 
-constexpr std::size_t kCausalRowBlock = 64;  // query rows per block when skipping future keys
+constexpr std::size_t kRowBlock = 64;  // query rows per block: scratch (64, S); causal blocks skip future keys
 
 struct Dims {
   std::size_t B = 0, H = 0, T = 0, S = 0, D = 0, Dv = 0;
@@ -129,133 +136,220 @@ XGRAD_FASTMATH_INLINE T exp_shifted_sum(T* x, std::size_t n, T mx) {
   return total;
 }
 
-// Rows [r0, r1) of head (b, h), row i at P + i * S: on entry x[0, c) holds the scaled scores
-// of the keys the row block computed; on return x[0, S) holds the probabilities (0 for masked
-// keys and keys >= c). Groups of rows go through three passes (mask and max, exp and sum,
-// scale): the exps of different rows do not wait for each other, so short rows (16 keys)
-// overlap in the pipeline instead of each paying its own max -> exp -> sum latency.
+// Bool and additive masks of row i (query i of head (b, h)) applied to its first n scores x.
+template <class T>
+XGRAD_FASTMATH_INLINE void mask_row(T* x, std::size_t i, std::size_t n, std::size_t b, std::size_t h, std::size_t S,
+                                    const MaskView<T>& m) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  if (m.add) {
+    const T* ar = m.add + b * m.as[0] + h * m.as[1] + i * m.as[2];
+    for (std::size_t j = 0; j < n; ++j) x[j] += ar[j * m.as[3]];
+  }
+  if (m.mask) {
+    const bool* mr = m.mask + b * m.ms[0] + h * m.ms[1] + i * m.ms[2];
+    for (std::size_t j = 0; j < n; ++j) x[j] = mr[j * m.ms[3]] ? ninf : x[j];
+  }
+  if (m.padding) {
+    const bool* pr = m.padding + b * S;
+    for (std::size_t j = 0; j < n; ++j) x[j] = pr[j] ? ninf : x[j];
+  }
+}
+
+// Keys query row i may see among the c keys its row block computed.
+template <class T>
+XGRAD_FASTMATH_INLINE std::size_t visible_keys(const MaskView<T>& m, std::size_t i, std::size_t c) {
+  return m.causal ? std::min(c, i + 1) : c;
+}
+
+// Query rows [r0, r1) of head (b, h), row i at X + (i - r0) * c: on entry the scaled scores of
+// keys [0, c); on return the probabilities (0 for masked keys and the causal future), and
+// the row statistics stats[2 (i - r0)] = max, stats[2 (i - r0) + 1] = 1 / sum (-inf and 0
+// for a row with nothing visible) from which probs_rows_impl recomputes the same bits.
+// Groups of rows go through three passes (mask and max, exp and sum, scale): the exps of
+// different rows do not wait for each other, so short rows (16 keys) overlap in the pipeline
+// instead of each paying its own max -> exp -> sum latency.
 // float32 runs per CPU path (ops/isa.hpp; masks become vector blends, maxima vector max).
 template <class T>
-XGRAD_FASTMATH_INLINE void softmax_rows_impl(T* P, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
-                  std::size_t h, const MaskView<T>& m) {
+XGRAD_FASTMATH_INLINE void softmax_rows_impl(T* X, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S,
+                                             std::size_t b, std::size_t h, const MaskView<T>& m, T* stats) {
   constexpr std::size_t kGroup = 16;
   const T ninf = -std::numeric_limits<T>::infinity();
   for (std::size_t g0 = r0; g0 < r1; g0 += kGroup) {
     const std::size_t g1 = std::min(r1, g0 + kGroup);
     T mx[kGroup], total[kGroup];
-    const auto visible = [&](std::size_t i) { return m.causal ? std::min(c, i + 1) : c; };  // keys row i may see
     for (std::size_t i = g0; i < g1; ++i) {
-      T* x = P + i * S;
-      const std::size_t n = visible(i);
-      if (m.add) {
-        const T* ar = m.add + b * m.as[0] + h * m.as[1] + i * m.as[2];
-        for (std::size_t j = 0; j < n; ++j) x[j] += ar[j * m.as[3]];
-      }
-      if (m.mask) {
-        const bool* mr = m.mask + b * m.ms[0] + h * m.ms[1] + i * m.ms[2];
-        for (std::size_t j = 0; j < n; ++j) x[j] = mr[j * m.ms[3]] ? ninf : x[j];
-      }
-      if (m.padding) {
-        const bool* pr = m.padding + b * S;
-        for (std::size_t j = 0; j < n; ++j) x[j] = pr[j] ? ninf : x[j];
-      }
-      std::fill(x + n, x + S, T(0));
+      T* x = X + (i - r0) * c;
+      const std::size_t n = visible_keys(m, i, c);
+      mask_row(x, i, n, b, h, S, m);
+      std::fill(x + n, x + c, T(0));
       mx[i - g0] = row_max(x, n);
     }
     for (std::size_t i = g0; i < g1; ++i) {
-      T* x = P + i * S;
+      T* x = X + (i - r0) * c;
       if (mx[i - g0] == ninf)  // nothing visible: P = 0, never exp(-inf - -inf) = NaN
-        std::fill(x, x + visible(i), T(0));
+        std::fill(x, x + visible_keys(m, i, c), T(0));
       else
-        total[i - g0] = exp_shifted_sum(x, visible(i), mx[i - g0]);
+        total[i - g0] = exp_shifted_sum(x, visible_keys(m, i, c), mx[i - g0]);
     }
     for (std::size_t i = g0; i < g1; ++i) {
+      T* st = stats + 2 * (i - r0);
+      st[0] = mx[i - g0];
+      st[1] = T(0);
       if (mx[i - g0] == ninf) continue;
-      T* x = P + i * S;
-      const T inv = T(1) / total[i - g0];
-      for (std::size_t j = 0, n = visible(i); j < n; ++j) x[j] *= inv;
+      T* x = X + (i - r0) * c;
+      const T inv = st[1] = T(1) / total[i - g0];
+      for (std::size_t j = 0, n = visible_keys(m, i, c); j < n; ++j) x[j] *= inv;
     }
   }
 }
-XGRAD_FASTMATH_INLINE void softmax_rows_f32_body(float* P, std::size_t r0, std::size_t r1, std::size_t c,
+
+// The probabilities softmax_rows_impl wrote, from the same scores and its row statistics:
+// P = exp_shifted(x - max) * (1 / sum), the same operations in the same order, so the same bits.
+template <class T>
+XGRAD_FASTMATH_INLINE void probs_rows_impl(T* X, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S,
+                                           std::size_t b, std::size_t h, const MaskView<T>& m, const T* stats) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  for (std::size_t i = r0; i < r1; ++i) {
+    T* x = X + (i - r0) * c;
+    const std::size_t n = visible_keys(m, i, c);
+    const T mx = stats[2 * (i - r0)], inv = stats[2 * (i - r0) + 1];
+    if (mx == ninf) {
+      std::fill(x, x + c, T(0));
+      continue;
+    }
+    mask_row(x, i, n, b, h, S, m);
+    const std::size_t v = fastmath::vector_prefix(n);
+    for (std::size_t j = 0; j < v; ++j) x[j] = exp_shifted(x[j] - mx) * inv;
+    for (std::size_t j = v; j < n; ++j) x[j] = exp_shifted(x[j] - mx) * inv;
+    std::fill(x + n, x + c, T(0));
+  }
+}
+
+// Softmax backward in place over r rows of c keys (P's row stride ldp, G's c):
+// g = p * (g - rowsum(g * p)).
+template <class T>
+XGRAD_FASTMATH_INLINE void softmax_grad_rows_impl(const T* P, std::size_t ldp, T* G, std::size_t r, std::size_t c) {
+  for (std::size_t i = 0; i < r; ++i) {
+    const T* p = P + i * ldp;
+    T* g = G + i * c;
+    const T dot = detail::lane_sum<T, kLanes>(c, [g, p](std::size_t j) { return g[j] * p[j]; });
+    for (std::size_t j = 0; j < c; ++j) g[j] = p[j] * (g[j] - dot);
+  }
+}
+
+XGRAD_FASTMATH_INLINE void softmax_rows_f32_body(float* X, std::size_t r0, std::size_t r1, std::size_t c,
                                                  std::size_t S, std::size_t b, std::size_t h,
-                                                 const MaskView<float>& m) {
-  softmax_rows_impl<float>(P, r0, r1, c, S, b, h, m);
+                                                 const MaskView<float>& m, float* stats) {
+  softmax_rows_impl<float>(X, r0, r1, c, S, b, h, m, stats);
 }
 XGRAD_ISA_KERNEL(softmax_rows_f32,
-                 (float* P, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
-                  std::size_t h, const MaskView<float>& m),
-                 (P, r0, r1, c, S, b, h, m))
+                 (float* X, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
+                  std::size_t h, const MaskView<float>& m, float* stats),
+                 (X, r0, r1, c, S, b, h, m, stats))
+XGRAD_FASTMATH_INLINE void probs_rows_f32_body(float* X, std::size_t r0, std::size_t r1, std::size_t c,
+                                               std::size_t S, std::size_t b, std::size_t h,
+                                               const MaskView<float>& m, const float* stats) {
+  probs_rows_impl<float>(X, r0, r1, c, S, b, h, m, stats);
+}
+XGRAD_ISA_KERNEL(probs_rows_f32,
+                 (float* X, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
+                  std::size_t h, const MaskView<float>& m, const float* stats),
+                 (X, r0, r1, c, S, b, h, m, stats))
+XGRAD_FASTMATH_INLINE void softmax_grad_rows_f32_body(const float* P, std::size_t ldp, float* G, std::size_t r,
+                                                      std::size_t c) {
+  softmax_grad_rows_impl<float>(P, ldp, G, r, c);
+}
+XGRAD_ISA_KERNEL(softmax_grad_rows_f32, (const float* P, std::size_t ldp, float* G, std::size_t r, std::size_t c),
+                 (P, ldp, G, r, c))
+
 template <class T>
-void softmax_rows(T* P, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
-                  std::size_t h, const MaskView<T>& m) {
-  if constexpr (std::is_same_v<T, float>) softmax_rows_f32(P, r0, r1, c, S, b, h, m);
-  else softmax_rows_impl<T>(P, r0, r1, c, S, b, h, m);
+void softmax_rows(T* X, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b, std::size_t h,
+                  const MaskView<T>& m, T* stats) {
+  if constexpr (std::is_same_v<T, float>) softmax_rows_f32(X, r0, r1, c, S, b, h, m, stats);
+  else softmax_rows_impl<T>(X, r0, r1, c, S, b, h, m, stats);
+}
+template <class T>
+void probs_rows(T* X, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b, std::size_t h,
+                const MaskView<T>& m, const T* stats) {
+  if constexpr (std::is_same_v<T, float>) probs_rows_f32(X, r0, r1, c, S, b, h, m, stats);
+  else probs_rows_impl<T>(X, r0, r1, c, S, b, h, m, stats);
+}
+template <class T>
+void softmax_grad_rows(const T* P, std::size_t ldp, T* G, std::size_t r, std::size_t c) {
+  if constexpr (std::is_same_v<T, float>) softmax_grad_rows_f32(P, ldp, G, r, c);
+  else softmax_grad_rows_impl<T>(P, ldp, G, r, c);
 }
 
 // Multiply-adds of one head's forward (the GEMMs; the softmax is of the order T S).
 std::size_t head_cost(const Dims& d) { return d.T * d.S * (d.D + d.Dv + 1); }
 
+// Keys [0, c) a row block ending at query row r1 computes: with is_causal the later keys are
+// the masked future of every row in it.
 template <class T>
-std::size_t row_block(const Dims& d, const MaskView<T>& m) {
-  return m.causal ? kCausalRowBlock : std::max<std::size_t>(d.T, 1);
+std::size_t block_keys(const Dims& d, const MaskView<T>& m, std::size_t r1) {
+  return m.causal ? std::min(d.S, r1) : d.S;
 }
 
-// out (B, T, H*Dv) and the saved probabilities P (B, H, T, S).
+// out (B, T, H*Dv) and the row statistics stats (B, H, T, 2) = (max, 1 / sum) of every
+// query's softmax; the probabilities live one row block at a time in a (kRowBlock, S) scratch,
+// and are copied into `saved` (B, H, T, S) when it is given (keys [0, c) of each row block:
+// the ones its backward reads).
 template <class T>
 void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
-                    const MaskView<T>& m, T* P, HeadView<T> out) {
-  const std::size_t rb = row_block(d, m);
+                    const MaskView<T>& m, T* stats, T* saved, HeadView<T> out) {
   parallel_for(d.B * d.H, head_cost(d), [&](std::size_t begin, std::size_t end) {
+    const std::unique_ptr<T[]> P(new T[std::min(kRowBlock, d.T) * d.S]);  // (r, c), row stride c; uninitialised
     for (std::size_t bh = begin; bh < end; ++bh) {
       const std::size_t b = bh / d.H, h = bh % d.H;
-      T* Pbh = P + bh * d.T * d.S;
-      for (std::size_t r0 = 0; r0 < d.T; r0 += rb) {
-        const std::size_t r1 = std::min(d.T, r0 + rb), r = r1 - r0, c = m.causal ? std::min(d.S, r1) : d.S;
-        T* Pr = Pbh + r0 * d.S;
-        detail::gemm<T>(false, true, r, c, d.D, scale, q.at(b, h, r0), q.ld, k.at(b, h), k.ld, T(0), Pr, d.S);
-        softmax_rows(Pbh, r0, r1, c, d.S, b, h, m);
-        detail::gemm<T>(false, false, r, d.Dv, c, T(1), Pr, d.S, v.at(b, h), v.ld, T(0), out.at(b, h, r0), out.ld);
+      for (std::size_t r0 = 0; r0 < d.T; r0 += kRowBlock) {
+        const std::size_t r1 = std::min(d.T, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, r1);
+        detail::gemm<T>(false, true, r, c, d.D, scale, q.at(b, h, r0), q.ld, k.at(b, h), k.ld, T(0), P.get(), c);
+        softmax_rows(P.get(), r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
+        if (saved)
+          for (std::size_t i = 0; i < r; ++i) std::copy_n(P.get() + i * c, c, saved + (bh * d.T + r0 + i) * d.S);
+        detail::gemm<T>(false, false, r, d.Dv, c, T(1), P.get(), c, v.at(b, h), v.ld, T(0), out.at(b, h, r0), out.ld);
       }
     }
   });
 }
 
 // Gradients into dq, dk, dv (a view with base nullptr is skipped), every element written.
+// Each row block's probabilities are read from `saved` when the forward kept them, else
+// recomputed from q, k and the row statistics (the same bits either way).
 template <class T>
 void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
-                     const T* P, const MaskView<T>& m, HeadView<const T> dout, HeadView<T> dq, HeadView<T> dk,
-                     HeadView<T> dv) {
-  const std::size_t rb = row_block(d, m);
-  parallel_for(d.B * d.H, 2 * head_cost(d), [&](std::size_t begin, std::size_t end) {
-    std::vector<T> dP(std::min(rb, d.T) * d.S);  // (r, c), row stride c
+                     const T* stats, const T* saved, const MaskView<T>& m, HeadView<const T> dout, HeadView<T> dq,
+                     HeadView<T> dk, HeadView<T> dv) {
+  parallel_for(d.B * d.H, 3 * head_cost(d), [&](std::size_t begin, std::size_t end) {
+    const std::size_t scratch = std::min(kRowBlock, d.T) * d.S;
+    // (r, c), row stride c; uninitialised (every GEMM here writes all of its C with beta 0)
+    const std::unique_ptr<T[]> P(new T[saved ? 0 : scratch]), dP(new T[scratch]);
     for (std::size_t bh = begin; bh < end; ++bh) {
       const std::size_t b = bh / d.H, h = bh % d.H;
-      const T* Pbh = P + bh * d.T * d.S;
       // Row blocks from the last: its keys [0, c) include every earlier block's, so its
       // GEMMs initialise dK, dV (beta 0) and the rest accumulate; keys no query sees get 0.
-      const std::size_t c_all = d.T == 0 ? 0 : m.causal ? std::min(d.S, d.T) : d.S;
+      const std::size_t c_all = d.T == 0 ? 0 : block_keys(d, m, d.T);
       for (std::size_t s = c_all; s < d.S; ++s) {
         if (dk.base) std::fill_n(dk.at(b, h, s), d.D, T(0));
         if (dv.base) std::fill_n(dv.at(b, h, s), d.Dv, T(0));
       }
-      for (std::size_t blk = (d.T + rb - 1) / rb; blk-- > 0;) {
-        const std::size_t r0 = blk * rb;
-        const std::size_t r1 = std::min(d.T, r0 + rb), r = r1 - r0, c = m.causal ? std::min(d.S, r1) : d.S;
+      for (std::size_t blk = (d.T + kRowBlock - 1) / kRowBlock; blk-- > 0;) {
+        const std::size_t r0 = blk * kRowBlock;
+        const std::size_t r1 = std::min(d.T, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, r1);
         const T beta = r1 == d.T ? T(0) : T(1);
-        const T* Pr = Pbh + r0 * d.S;
         const T* dO = dout.at(b, h, r0);
-        if (dv.base) detail::gemm<T>(true, false, c, d.Dv, r, T(1), Pr, d.S, dO, dout.ld, beta, dv.at(b, h), dv.ld);
-        if (!dq.base && !dk.base) continue;
-        detail::gemm<T>(false, true, r, c, d.Dv, T(1), dO, dout.ld, v.at(b, h), v.ld, T(0), dP.data(), c);
-        for (std::size_t i = 0; i < r; ++i) {
-          const T* p = Pr + i * d.S;
-          T* g = dP.data() + i * c;
-          const T dot = detail::lane_sum<T>(c, [g, p](std::size_t j) { return g[j] * p[j]; });
-          for (std::size_t j = 0; j < c; ++j) g[j] = p[j] * (g[j] - dot);
+        const T* Pr = saved ? saved + (bh * d.T + r0) * d.S : P.get();
+        const std::size_t ldp = saved ? d.S : c;
+        if (!saved) {
+          detail::gemm<T>(false, true, r, c, d.D, scale, q.at(b, h, r0), q.ld, k.at(b, h), k.ld, T(0), P.get(), c);
+          probs_rows(P.get(), r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
         }
-        if (dq.base) detail::gemm<T>(false, false, r, d.D, c, scale, dP.data(), c, k.at(b, h), k.ld, T(0), dq.at(b, h, r0), dq.ld);
-        if (dk.base) detail::gemm<T>(true, false, c, d.D, r, scale, dP.data(), c, q.at(b, h, r0), q.ld, beta, dk.at(b, h), dk.ld);
+        if (dv.base) detail::gemm<T>(true, false, c, d.Dv, r, T(1), Pr, ldp, dO, dout.ld, beta, dv.at(b, h), dv.ld);
+        if (!dq.base && !dk.base) continue;
+        detail::gemm<T>(false, true, r, c, d.Dv, T(1), dO, dout.ld, v.at(b, h), v.ld, T(0), dP.get(), c);
+        softmax_grad_rows(Pr, ldp, dP.get(), r, c);
+        if (dq.base) detail::gemm<T>(false, false, r, d.D, c, scale, dP.get(), c, k.at(b, h), k.ld, T(0), dq.at(b, h, r0), dq.ld);
+        if (dk.base) detail::gemm<T>(true, false, c, d.D, r, scale, dP.get(), c, q.at(b, h, r0), q.ld, beta, dk.at(b, h), dk.ld);
       }
     }
   });
@@ -283,6 +377,101 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   return d;
 }
 
+// --- masks that are causal in content ------------------------------------------------------
+
+// What a bool or additive mask does to scores (B, H, T, S), from its content: `masked(x)` is
+// true = -inf for a bool true or an additive -inf; `neutral(x)` for a bool false or an additive 0.
+enum class MaskContent {
+  Other,
+  Nothing,      // masks nothing and adds nothing: the same as no mask
+  Causal,       // exactly the causal future (key j > query i): the same as is_causal
+  CausalPlus,   // the causal future and more: is_causal plus the mask
+};
+
+template <class E, class Masked, class Neutral>
+MaskContent classify_mask(const E* x, const std::array<std::size_t, 4>& st, const Dims& d, Masked masked,
+                          Neutral neutral) {
+  bool future_masked = true, future_neutral = true, past_neutral = true;
+  for (std::size_t b = 0; b < (st[0] ? d.B : 1); ++b)
+    for (std::size_t h = 0; h < (st[1] ? d.H : 1); ++h)
+      for (std::size_t i = 0; i < (st[2] ? d.T : 1); ++i) {
+        const E* row = x + b * st[0] + h * st[1] + i * st[2];
+        // Without a query stride every query reads row 0: its "future" starts at key 1 for
+        // query 0 only, so that case is causal only for T == 1.
+        const std::size_t split = std::min(d.S, i + 1);
+        for (std::size_t j = 0; j < split; ++j) past_neutral = past_neutral && neutral(row[j * st[3]]);
+        for (std::size_t j = split; j < d.S; ++j) {
+          const E v = row[j * st[3]];
+          future_masked = future_masked && masked(v);
+          future_neutral = future_neutral && neutral(v);
+        }
+        if (!future_masked && !(past_neutral && future_neutral)) return MaskContent::Other;
+      }
+  if (!st[2] && d.T > 1) future_masked = false;  // one row for every query: not causal
+  if (past_neutral && future_neutral) return MaskContent::Nothing;
+  if (future_masked) return past_neutral ? MaskContent::Causal : MaskContent::CausalPlus;
+  return MaskContent::Other;
+}
+
+// classify_mask over a mask tensor ((T, S) or 4-D), remembered for the last few masks seen:
+// a mask built once and passed to every call (a model's causal mask) is scanned once. An
+// entry matches while its storage is alive and unmodified (Tensor::version) and the shape
+// is the same.
+MaskContent mask_content(const Tensor& mask, const Dims& d) {
+  struct Entry {
+    std::weak_ptr<Storage> storage;
+    const Storage* key = nullptr;
+    std::uint64_t version = 0;
+    Shape shape, scores;
+    MaskContent content = MaskContent::Other;
+  };
+  static std::mutex mu;
+  static std::array<Entry, 8> cache;
+  static std::size_t next = 0;
+  const std::shared_ptr<Storage>& storage = mask.impl()->value;
+  const Shape scores{d.B, d.H, d.T, d.S};
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    for (const Entry& e : cache)
+      if (e.key == storage.get() && !e.storage.expired() && e.storage.lock() == storage &&
+          e.version == storage->version && e.shape == mask.shape() && e.scores == scores)
+        return e.content;
+  }
+  const auto st = strides4(mask.shape(), scores);
+  MaskContent content;
+  if (mask.dtype() == DType::Bool) {
+    content = classify_mask(mask.data<bool>(), st, d, [](bool v) { return v; }, [](bool v) { return !v; });
+  } else {
+    content = dispatch_float("attention", mask.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      const T ninf = -std::numeric_limits<T>::infinity();
+      return classify_mask(value<T>(mask).data(), st, d, [ninf](T v) { return v == ninf; },
+                           [](T v) { return v == T(0); });
+    });
+  }
+  std::lock_guard<std::mutex> lk(mu);
+  cache[next] = {storage, storage.get(), storage->version, mask.shape(), scores, content};
+  next = (next + 1) % cache.size();
+  return content;
+}
+
+// A bool mask or constant additive mask that is causal in content takes the is_causal path
+// (future key blocks skipped); one that masks exactly that, or nothing, is dropped.
+void simplify_masks(AttentionMasks& m, const Dims& d) {
+  if (d.T == 0 || d.S == 0) return;
+  auto simplify = [&](Tensor& mask) {
+    if (!mask.defined() || mask.requires_grad()) return;
+    switch (mask_content(mask, d)) {
+      case MaskContent::Nothing: mask = Tensor(); break;
+      case MaskContent::Causal: mask = Tensor(), m.is_causal = true; break;
+      case MaskContent::CausalPlus: m.is_causal = true; break;
+      case MaskContent::Other: break;
+    }
+  };
+  simplify(m.mask);
+  simplify(m.float_mask);
+}
+
 // The masks with `mask` and `float_mask` in the shapes the kernels read: (T, S) or 4-D.
 // `input` names the argument whose dtype is `dtype` ("q" or "qkv").
 AttentionMasks check_masks(const char* op, const AttentionMasks& in, const Dims& d, DType dtype, const char* input) {
@@ -306,6 +495,7 @@ AttentionMasks check_masks(const char* op, const AttentionMasks& in, const Dims&
                               dtype_name(m.float_mask.dtype()), " but '", input, "' is ", dtype_name(dtype));
     m.float_mask = check_attention_mask_shape(op, "float_mask", m.float_mask, full);
   }
+  simplify_masks(m, d);
   return m;
 }
 
@@ -348,6 +538,24 @@ std::array<Tensor, 3> composite_backward(const Tensor& q, const Tensor& k, const
   return {dq, dk, dv};
 }
 
+// Whether the forward keeps the (B, H, T, S) probabilities for the backward (saving it one
+// GEMM and one exp per score) instead of only the row statistics: when they take at most
+// kKeptProbabilitiesBytes (and fit max_tensor_bytes()). Decided from shapes and that limit
+// only, and the backward's probabilities have the same bits either way, so the choice never
+// changes a result; memory stays linear in T above the bound.
+constexpr std::size_t kKeptProbabilitiesBytes = std::size_t(32) << 20;
+bool keep_probabilities(const Dims& d, std::size_t itemsize) {
+  const double bytes = double(d.B) * double(d.H) * double(d.T) * double(d.S) * double(itemsize);
+  return bytes <= double(std::min(kKeptProbabilitiesBytes, max_tensor_bytes()));
+}
+// Whether record_fused will record a node for these inputs (else nothing is kept).
+bool recording(const std::vector<Tensor>& inputs) {
+  if (!is_grad_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.requires_grad()) return true;
+  return false;
+}
+
 // The fused op over q, k, v given as (data, row stride, first column) inside `inputs`
 // (three tensors, or one packed qkv).
 Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d, const AttentionMasks& masks,
@@ -364,18 +572,22 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
     }
     return std::array<HeadView<P>, 3>{heads_of(q, d.T, E, d.D), heads_of(k, d.S, E, d.D), heads_of(v, d.S, Ev, d.Dv)};
   };
-  Tensor probs;
+  Tensor stats;  // (B, H, T, 2): each query's softmax max and 1 / sum
+  Tensor saved;  // (B, H, T, S) probabilities, when small enough to keep (keep_probabilities)
   Tensor out = dispatch_float(op, inputs[0].dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* q = value<T>(inputs[0]).data();
     const T* k = packed ? q : value<T>(inputs[1]).data();
     const T* v = packed ? q : value<T>(inputs[2]).data();
-    auto P = empty_array<T>({d.B, d.H, d.T, d.S}, op);
+    auto st = empty_array<T>({d.B, d.H, d.T, 2}, op);
     auto o = empty_array<T>({d.B, d.T, Ev}, op);
+    const bool keep = keep_probabilities(d, sizeof(T)) && recording(inputs);
+    auto P = empty_array<T>(keep ? Shape{d.B, d.H, d.T, d.S} : Shape{0}, op);
     const auto in = views(q, k, v);
-    forward_kernel<T>(d, T(scale), in[0], in[1], in[2], mask_view<T>(masks, d), P.data(),
+    forward_kernel<T>(d, T(scale), in[0], in[1], in[2], mask_view<T>(masks, d), st.data(), keep ? P.data() : nullptr,
                       heads_of(o.data(), d.T, Ev, d.Dv));
-    probs = make_tensor(std::move(P));
+    stats = make_tensor(std::move(st));
+    if (keep) saved = make_tensor(std::move(P));
     return make_tensor(std::move(o));
   });
   auto differentiable = [=](const Node& n, const Tensor& g) -> std::vector<Tensor> {
@@ -408,7 +620,8 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
         for (std::size_t i = 0; i < 3; ++i)
           if (n.needs_grad(i)) out[i] = all[i];
       }
-      backward_kernel<T>(d, T(scale), in[0], in[1], in[2], value<T>(probs).data(), mask_view<T>(masks, d), dO,
+      backward_kernel<T>(d, T(scale), in[0], in[1], in[2], value<T>(stats).data(),
+                         saved.defined() ? value<T>(saved).data() : nullptr, mask_view<T>(masks, d), dO,
                          out[0], out[1], out[2]);
       std::vector<Tensor> result;
       for (std::size_t i = 0; i < grads.size(); ++i)
@@ -559,6 +772,16 @@ XGRAD_REGISTER_OP({"attention(float mask)",
                      s.push_back(sample_randn({2, 1, 3, 4}, r));  // differentiable: composite path
                      c.push_back(tensor({0.5, ninf, -1, 0, 0, 0.25, ninf, 2, 1, -0.5, 0, 0}, {3, 4}, DType::Float64));
                      return {{"float mask (2,1,3,4) requiring grad", s}, {"constant (3,4) with -inf", c}};
+                   }});
+XGRAD_REGISTER_OP({"attention(causal, 2 row blocks)",
+                   [](const auto& x) {
+                     AttentionMasks m;
+                     m.is_causal = true;
+                     return attention(x[0], x[1], x[2], 1, m);
+                   },
+                   [](Rng& r) -> std::vector<OpSample> {  // one head of width 1: cheap float64 checks
+                     return {{"B1 T66 S66 H1 D1", {sample_randn({1, 66, 1}, r), sample_randn({1, 66, 1}, r),
+                                                   sample_randn({1, 66, 1}, r)}}};
                    }});
 XGRAD_REGISTER_OP({"attention_packed", [](const auto& x) { return attention_packed(x[0], 2); },
                    [](Rng& r) -> std::vector<OpSample> { return {{"qkv (2,4,12)", {sample_randn({2, 4, 12}, r)}}}; }});

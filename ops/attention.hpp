@@ -1,8 +1,12 @@
 // xgrad/ops/attention.hpp — fused multi-head scaled dot-product attention.
 //
 // Heads are column blocks of (B, L, H*D) tensors, read in place through GEMM leading
-// dimensions: no split/merge copies, one saved (B, H, T, S) probability tensor, and a
-// hand-derived backward (llm.c style) in ops/attention.cpp.
+// dimensions: no split/merge copies, and a hand-derived backward (llm.c style) in
+// ops/attention.cpp. Memory is linear in the sequence length: the probabilities exist one
+// block of 64 query rows at a time; for the backward the forward keeps (B, H, T, 2) row
+// statistics (softmax max and 1 / sum) and the backward recomputes each block's
+// probabilities from them (FlashAttention's recomputation) — or, when the (B, H, T, S)
+// probabilities take at most 32 MiB, keeps those instead (the same bits either way).
 #pragma once
 #include <functional>
 
@@ -18,6 +22,12 @@ struct AttentionMasks {
   Tensor float_mask;        // q's dtype, shapes as `mask`, added to the scores
   bool is_causal = false;   // query i may not attend key j > i (causal_mask(T, S), top-left)
 };
+// Causality is best given as is_causal (no mask tensor is read). A `mask` or constant
+// `float_mask` that is causal in content (bool true / additive -inf exactly where j > i, for
+// every batch and head it covers) takes the same path: it is dropped and is_causal set, and
+// the future key blocks of each row block are skipped; one that masks the future and more
+// keeps the rest and gains the skip; one that masks nothing is dropped. Each distinct mask
+// (storage, version, shape) is scanned once and remembered (8 masks).
 
 // The one shape rule for attention masks (attention, attention_packed, MultiHeadAttention).
 // scores = (B, H, T, S). Accepted shapes of a bool or additive float mask:

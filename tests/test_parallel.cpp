@@ -260,6 +260,23 @@ BOOST_AUTO_TEST_CASE(attention_every_mask_kind_is_bit_identical) {
         return std::vector<Tensor>{out, grads[0], grads[1], grads[2]};
       });
     }
+    // 150 queries (three row blocks, the last partial), 130 keys, a (B*H, T, S) mask.
+    const std::size_t T2 = 150, S2 = 130;
+    Tensor q2 = leaf(randn({B, T2, H * D}, rng)), k2 = leaf(randn({B, S2, H * D}, rng)),
+           v2 = leaf(randn({B, S2, H * D}, rng));
+    Tensor g2 = randn({B, T2, H * D}, rng);
+    std::vector<bool> per_head(B * H * T2 * S2);
+    for (std::size_t i = 0; i < per_head.size(); ++i) per_head[i] = (i * 13 + 5) % 7 < 2;
+    AttentionMasks heads;
+    heads.mask = bool_tensor(per_head, {B * H, T2, S2});
+    for (bool causal_too : {false, true}) {
+      heads.is_causal = causal_too;
+      same_bits_for_every_thread_count("attention T150 S130 (B*H, T, S) mask", [&] {
+        Tensor out = attention(q2, k2, v2, H, heads);
+        auto grads = grad({out}, {q2, k2, v2}, {g2});
+        return std::vector<Tensor>{out, grads[0], grads[1], grads[2]};
+      });
+    }
   });
 }
 
