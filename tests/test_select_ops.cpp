@@ -572,6 +572,30 @@ BOOST_AUTO_TEST_CASE(gather_family_errors_name_the_index_and_its_position) {
                            {"gather", "index 0", "it is empty"});
 }
 
+// Shape ops move Int64 and Bool tensors too: the char GPT's target gather and beam search's
+// token histories are written with them.
+BOOST_AUTO_TEST_CASE(shape_ops_take_index_and_mask_tensors) {
+  // gather(log_probs (B, T, V), -1, unsqueeze(targets, -1)) -> (B, T, 1), the PyTorch idiom.
+  Tensor logp = f64({0.1, 0.2, 0.7, 0.3, 0.3, 0.4, 0.5, 0.25, 0.25, 0.6, 0.2, 0.2}, {2, 2, 3});
+  Tensor targets = index_tensor({2, 0, 1, 0}, {2, 2});
+  Tensor picked = squeeze(gather(logp, -1, unsqueeze(targets, -1)), -1);
+  BOOST_TEST(picked.to_vector() == (Vec{0.7, 0.3, 0.25, 0.6}), boost::test_tools::per_element());
+  // Histories (beams, t) extended by one token, the oldest dropped, reordered.
+  Tensor hist = index_tensor({1, 2, 3, 4}, {2, 2});
+  Tensor longer = concat({hist, index_tensor({7, 8}, {2, 1})}, 1);
+  BOOST_TEST(ints_of(longer) == (IVec{1, 2, 7, 3, 4, 8}), boost::test_tools::per_element());
+  BOOST_TEST(ints_of(narrow(longer, 1, 1, 2)) == (IVec{2, 7, 4, 8}), boost::test_tools::per_element());
+  BOOST_TEST(ints_of(slice(longer, 1, -1)) == (IVec{7, 8}), boost::test_tools::per_element());
+  BOOST_TEST(ints_of(transpose(hist, 0, 1)) == (IVec{1, 3, 2, 4}), boost::test_tools::per_element());
+  const auto halves = chunk(longer, 2, 0);
+  BOOST_TEST(ints_of(halves[1]) == (IVec{3, 4, 8}), boost::test_tools::per_element());
+  Tensor mask = bool_tensor({true, false, false, false, true, true}, {2, 3});
+  BOOST_TEST(bools_of(permute(mask, {1, 0})) == (std::vector<bool>{true, false, false, true, false, true}),
+             boost::test_tools::per_element());
+  BOOST_TEST(ints_of(unnarrow(index_tensor({5}, {1}), 0, 1, 3)) == (IVec{0, 5, 0}), boost::test_tools::per_element());
+  check_throws<DTypeError>([&] { concat({hist, f64({1, 2}, {2, 1})}, 1); }, {"concat", "xs[1]", "float64", "int64"});
+}
+
 // ===== logsumexp ===============================================================================
 
 BOOST_AUTO_TEST_CASE(logsumexp_matches_pytorch_with_masked_entries) {
