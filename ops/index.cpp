@@ -143,6 +143,12 @@ BackwardFn gather_backward(std::size_t axis, const Tensor& index) {
   };
 }
 
+// a + b; for Int64 in two's complement (wrapping like PyTorch, without signed overflow).
+template <class T> T add_wrapping(T a, T b) {
+  if constexpr (std::is_same_v<T, std::int64_t>) return std::int64_t(std::uint64_t(a) + std::uint64_t(b));
+  else return a + b;
+}
+
 // x float or Int64, src of x's dtype.
 void check_addable(const char* op, const Tensor& x, const Tensor& src) {
   check_numeric(op, x);
@@ -407,8 +413,10 @@ Tensor scatter_add(const Tensor& x, long axis, const Tensor& index, const Tensor
     const std::int64_t* pi = index.data<std::int64_t>();
     for_each_gather_row(x.shape(), index.shape(), ax,
                         [&](std::size_t ox, std::size_t oi, std::size_t n, std::size_t sx, std::size_t as) {
-                          for (std::size_t i = 0; i < n; ++i)
-                            po[ox + i * sx + std::size_t(pi[oi + i]) * as] += ps[oi + i];
+                          for (std::size_t i = 0; i < n; ++i) {
+                            T& to = po[ox + i * sx + std::size_t(pi[oi + i]) * as];
+                            to = add_wrapping(to, ps[oi + i]);
+                          }
                         });
     return make_tensor(std::move(out));
   });
@@ -486,7 +494,7 @@ Tensor index_add(const Tensor& x, long axis, const Tensor& index_in, const Tenso
       for (std::size_t j = 0; j < m; ++j) {
         T* row = out.data() + (o * s.n + std::size_t(pi[j])) * s.inner;
         const T* from = ps + (o * m + j) * s.inner;
-        for (std::size_t r = 0; r < s.inner; ++r) row[r] += from[r];
+        for (std::size_t r = 0; r < s.inner; ++r) row[r] = add_wrapping(row[r], from[r]);
       }
     return make_tensor(std::move(out));
   });

@@ -539,6 +539,14 @@ BOOST_AUTO_TEST_CASE(gather_against_a_plain_loop_any_dtype) {
   // index_add with repeated indices (embedding backward's sums).
   Tensor acc = index_add(zeros({3, 2}, DType::Float64), 0, index_tensor({2, 0, 2}, {3}), f64({1, 2, 3, 4, 5, 6}, {3, 2}));
   BOOST_TEST(acc.to_vector() == (Vec{3, 4, 0, 0, 6, 8}), boost::test_tools::per_element());
+  // Int64 adds wrap around (no undefined signed overflow).
+  const std::int64_t top = std::numeric_limits<std::int64_t>::max();
+  BOOST_TEST(ints_of(scatter_add(index_tensor({top, 1}, {2}), 0, index_tensor({0, 0}, {2}), index_tensor({1, 2}, {2}))) ==
+                 (IVec{std::numeric_limits<std::int64_t>::min() + 2, 1}),
+             boost::test_tools::per_element());
+  BOOST_TEST(ints_of(index_add(index_tensor({1, top}, {2}), 0, index_tensor({1}, {1}), index_tensor({1}, {1}))) ==
+                 (IVec{1, std::numeric_limits<std::int64_t>::min()}),
+             boost::test_tools::per_element());
   // Rank 0 x and index; empty index.
   BOOST_TEST(gather(scalar(5, DType::Float64), 0, index_tensor({0}, {})).item() == 5.0);
   BOOST_TEST(shape_str(gather(f64({1, 2}, {2}), 0, index_tensor({}, {0})).shape()) == "(0)");
