@@ -41,9 +41,21 @@ class TokenHistory {
     }
     return index_tensor(all, {N, length_ + t});
   }
-  void commit(const Tensor& all) {  // all = with(tokens)
+  // The uncached step: full(history + tokens (N, L + t)) -> logits (N, L + t, V) computed without
+  // autograd; returns the last t positions' and keeps the tokens. ValueError naming the limit
+  // (`limit` = its name) when L + t > max_len; nothing changes on error.
+  template <class Full>
+  Tensor step(const char* op, const Tensor& tokens, std::size_t max_len, const char* limit, Full&& full) {
+    const std::size_t L = length_, t = tokens.shape()[1];
+    if (t > max_len - L)
+      throw_error<ValueError>(op, "the session holds ", L, " tokens per row and tokens ", tokens.shape(), " add ", t,
+                              ": ", L + t, " would exceed the model's ", limit, " ", max_len);
+    NoGradGuard no_grad;
+    const Tensor all = with(tokens);
+    Tensor logits = narrow(full(all), 1, L, t);
     rows_ = all.shape()[0], length_ = all.shape()[1];
     tokens_.assign(all.data<std::int64_t>(), all.data<std::int64_t>() + all.numel());
+    return logits;
   }
   void select_rows(const char* op, const std::vector<std::size_t>& rows) {
     if (rows_ == 0 && length_ == 0) return;  // rows not known yet: the first step sets them
@@ -71,15 +83,8 @@ class DecoderSession final : public DecodingSession {
     const char* op = "DecodingSession::step";
     check_step_tokens(op, tokens, batch());
     if (use_cache_) return model_.forward_step(tokens, cache_);
-    const std::size_t L = history_.length(), t = tokens.shape()[1], max_len = max_length();
-    if (t > max_len - L)
-      throw_error<ValueError>(op, "the session holds ", L, " tokens per row and tokens ", tokens.shape(), " add ", t,
-                              ": ", L + t, " would exceed the model's max_len ", max_len, " (config.max_len)");
-    NoGradGuard no_grad;
-    const Tensor all = history_.with(tokens);
-    Tensor logits = narrow(model_.forward(all), 1, L, t);
-    history_.commit(all);
-    return logits;
+    return history_.step(op, tokens, max_length(), "max_len",
+                         [&](const Tensor& all) { return model_.forward(all); });
   }
   void select_rows(const std::vector<std::size_t>& rows) override {
     if (use_cache_) cache_.select_rows(rows);
@@ -113,15 +118,8 @@ class Seq2SeqSession final : public DecodingSession {
     const char* op = "DecodingSession::step";
     check_step_tokens(op, tokens, batch());
     if (use_cache_) return model_.step(tokens, cache_);
-    const std::size_t L = history_.length(), t = tokens.shape()[1], max_len = max_length();
-    if (t > max_len - L)
-      throw_error<ValueError>(op, "the session holds ", L, " target tokens per row and tokens ", tokens.shape(),
-                              " add ", t, ": ", L + t, " would exceed the model's max_tgt_len ", max_len);
-    NoGradGuard no_grad;
-    const Tensor all = history_.with(tokens);
-    Tensor logits = narrow(model_.decode(all, memory_, memory_key_padding_mask_), 1, L, t);
-    history_.commit(all);
-    return logits;
+    return history_.step(op, tokens, max_length(), "max_tgt_len",
+                         [&](const Tensor& all) { return model_.decode(all, memory_, memory_key_padding_mask_); });
   }
   void select_rows(const std::vector<std::size_t>& rows) override {
     const char* op = "DecodingSession::select_rows";

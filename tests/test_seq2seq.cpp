@@ -227,6 +227,38 @@ BOOST_AUTO_TEST_CASE(fully_masked_rows_stay_finite) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(every_mask_reaches_its_attention) {
+  // A key masked for every query by attn_mask (src_mask / memory_mask, (L, S)) is the same as
+  // that key marked as padding in every row; and each mask changes the output.
+  Rng rng(13);
+  Transformer model(TransformerOptions(8, 2).num_encoder_layers(1).num_decoder_layers(1).dim_feedforward(16).dropout(0.0),
+                    rng);
+  model.to(DType::Float64);
+  const Tensor src = randn({2, 5, 8}, rng, DType::Float64), tgt = randn({2, 3, 8}, rng, DType::Float64);
+  NoGradGuard no_grad;
+  const Tensor plain = model.forward(src, tgt);
+  std::vector<bool> col(5 * 5, false), mcol(3 * 5, false);
+  for (std::size_t i = 0; i < 5; ++i) col[i * 5 + 3] = true;
+  for (std::size_t i = 0; i < 3; ++i) mcol[i * 5 + 3] = true;
+  const Tensor kpm = bool_tensor({false, false, false, true, false, false, false, false, true, false}, {2, 5});
+  TransformerMasks by_src_mask, by_kpm;
+  by_src_mask.src_mask = bool_tensor(col, {5, 5});
+  by_kpm.src_key_padding_mask = kpm;
+  const Tensor a = model.forward(src, tgt, by_src_mask), b = model.forward(src, tgt, by_kpm);
+  BOOST_TEST(close_to(a, b));
+  BOOST_TEST(!close_to(a, plain));
+  TransformerMasks by_memory_mask, by_memory_kpm;
+  by_memory_mask.memory_mask = bool_tensor(mcol, {3, 5});
+  by_memory_kpm.memory_key_padding_mask = kpm;
+  const Tensor c = model.forward(src, tgt, by_memory_mask), d = model.forward(src, tgt, by_memory_kpm);
+  BOOST_TEST(close_to(c, d));
+  BOOST_TEST(!close_to(c, plain));
+  BOOST_TEST(!close_to(c, a));
+  TransformerMasks causal;
+  causal.tgt_is_causal = true;
+  BOOST_TEST(!close_to(model.forward(src, tgt, causal), plain));
+}
+
 BOOST_AUTO_TEST_CASE(cached_decoder_equals_teacher_forced_decoder) {
   for (const bool norm_first : {false, true})
     for (const PositionalKind pos : {PositionalKind::Sinusoidal, PositionalKind::Learned})
