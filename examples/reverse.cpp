@@ -247,12 +247,15 @@ int main(int argc, char** argv) {
     std::cout << "ran on: " << runtime_summary() << (world > 1 ? " | ranks " + std::to_string(world) : "") << "\n";
     return plots.ok() ? 0 : 1;
   } catch (const std::exception& e) {
-    std::cerr << "reverse: " << (world > 1 ? "rank " + std::to_string(rank) + ": " : "") << "error: " << e.what() << "\n";
 #ifdef XGRAD_HAVE_DISTRIBUTED
     // Before the first collective every rank meets the same error; after it, a rank that stops
     // alone would leave the others waiting: end them all, unless every rank threw this one.
     const auto* de = dynamic_cast<const xgrad::distributed::DistributedError*>(&e);
+    std::cerr << "reverse: " << (world > 1 && !de ? "rank " + std::to_string(rank) + ": " : "") << "error: " << e.what()
+              << "\n";
     if (world > 1 && in_step && !(de && de->collective())) xgrad::distributed::abort(2);
+#else
+    std::cerr << "reverse: error: " << e.what() << "\n";
 #endif
     return 2;
   }
