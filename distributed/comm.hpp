@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -60,8 +61,9 @@ struct Descriptor {
   std::int64_t ndim = 0;
   std::int64_t dims[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // the first 8 dimensions
 };
-void agree(MPI_Comm comm, const Descriptor& mine, const std::vector<std::string>& op_names,
-           const std::string& who);
+// describe(d) names a call for the message, e.g. "all_reduce(float32 (3), sum)".
+void agree(MPI_Comm comm, const Descriptor& mine, std::string (*describe)(const Descriptor&), const std::string& who);
+std::string tensor_text(const Descriptor& d);  // "float32 (3)"
 
 // The deterministic reduction over a flat buffer of n elements cut into one contiguous segment
 // per rank: bounds[r] .. bounds[r + 1] (logical element offsets, bounds[0] = 0, bounds[N] = n).

@@ -140,8 +140,14 @@ int checked_count(std::size_t n, const char* who) {
   return int(n);
 }
 
-void agree(MPI_Comm comm, const Descriptor& mine, const std::vector<std::string>& op_names,
-           const std::string& who) {
+std::string tensor_text(const Descriptor& d) {
+  if (d.dtype < 0 || d.dtype > 3) return "no tensor";
+  Shape shape;
+  for (std::int64_t i = 0; i < std::min<std::int64_t>(d.ndim, 8); ++i) shape.push_back(std::size_t(d.dims[i]));
+  return std::string(dtype_name(DType(d.dtype))) + " " + shape_str(shape) + (d.ndim > 8 ? "..." : "");
+}
+
+void agree(MPI_Comm comm, const Descriptor& mine, std::string (*describe)(const Descriptor&), const std::string& who) {
   if (comm == MPI_COMM_NULL) return;
   const int n = ctx().size;
   std::vector<Descriptor> all(static_cast<std::size_t>(n));
@@ -152,15 +158,6 @@ void agree(MPI_Comm comm, const Descriptor& mine, const std::vector<std::string>
   wait_all(req, who + " (agreeing on the call with the other ranks)");
   auto same = [](const Descriptor& a, const Descriptor& b) { return std::memcmp(&a, &b, sizeof a) == 0; };
   if (std::all_of(all.begin(), all.end(), [&](const Descriptor& d) { return same(d, all[0]); })) return;
-  auto describe = [&](const Descriptor& d) {
-    std::string s = d.op >= 0 && std::size_t(d.op) < op_names.size() ? op_names[std::size_t(d.op)] : "?";
-    s += "(";
-    if (d.dtype >= 0 && d.dtype <= 3) s += dtype_name(DType(d.dtype));
-    Shape shape;
-    for (std::int64_t i = 0; i < std::min<std::int64_t>(d.ndim, 8); ++i) shape.push_back(std::size_t(d.dims[i]));
-    s += " " + shape_str(shape) + (d.ndim > 8 ? "..." : "") + ", " + std::to_string(d.detail) + ")";
-    return s;
-  };
   std::string msg = who + ": the ranks called different collectives or passed different tensors:";
   for (int r = 0; r < n; ++r) msg += (r ? "," : "") + std::string(" rank ") + std::to_string(r) + " " + describe(all[std::size_t(r)]);
   msg += "; every rank must call the same collectives in the same order with tensors of one dtype and shape";
@@ -430,7 +427,20 @@ std::pair<std::size_t, std::size_t> shard_range(std::size_t n, int rank, int wor
 namespace {
 
 enum Op : std::int64_t { kBarrier, kBroadcast, kAllReduce, kReduceScatter, kAllGather };
-const std::vector<std::string> kOpNames{"barrier", "broadcast", "all_reduce", "reduce_scatter", "all_gather"};
+
+// "all_reduce(float32 (3), sum)", "broadcast(float32 (3), root 0)", "barrier()".
+std::string describe_call(const detail::Descriptor& d) {
+  switch (d.op) {
+    case kBarrier: return "barrier()";
+    case kBroadcast: return "broadcast(" + detail::tensor_text(d) + ", root " + std::to_string(d.detail) + ")";
+    case kAllReduce:
+    case kReduceScatter:
+      return std::string(d.op == kAllReduce ? "all_reduce(" : "reduce_scatter(") + detail::tensor_text(d) + ", " +
+             (d.detail >= 0 && d.detail <= 3 ? reduce_op_name(ReduceOp(d.detail)) : "?") + ")";
+    case kAllGather: return "all_gather(" + detail::tensor_text(d) + ")";
+  }
+  return "an unknown call";
+}
 
 detail::Descriptor describe(Op op, std::int64_t detail, const Tensor* t) {
   detail::Descriptor d;
@@ -499,7 +509,7 @@ Tensor empty_like_shape(const Shape& shape, DType dtype, const char* op) {
 void barrier() {
   const auto& comm = detail::user_comm("barrier");
   if (comm.null()) return;
-  detail::agree(comm.get(), describe(kBarrier, 0, nullptr), kOpNames, "barrier");
+  detail::agree(comm.get(), describe(kBarrier, 0, nullptr), describe_call, "barrier");
   std::vector<MPI_Request> req(1);
   detail::check(MPI_Ibarrier(comm.get(), &req[0]), "barrier: MPI_Ibarrier");
   detail::wait_all(req, "barrier");
@@ -511,7 +521,7 @@ void broadcast(const Tensor& t, int root) {
   if (root < 0 || root >= world_size())
     throw_error<ValueError>("broadcast", "root ", root, " is not a rank of this world of ", world_size());
   if (comm.null()) return;
-  detail::agree(comm.get(), describe(kBroadcast, root, &t), kOpNames, "broadcast");
+  detail::agree(comm.get(), describe(kBroadcast, root, &t), describe_call, "broadcast");
   std::vector<MPI_Request> req(1);
   void* data = t.mutable_raw_data();
   detail::check(MPI_Ibcast(data, detail::checked_count(t.numel(), "broadcast"), detail::mpi_type(t.dtype()), root,
@@ -523,7 +533,7 @@ void broadcast(const Tensor& t, int root) {
 void all_reduce(const Tensor& t, ReduceOp op) {
   const auto& comm = detail::user_comm("all_reduce");
   check_reducible("all_reduce", t, op);
-  detail::agree(comm.get(), describe(kAllReduce, std::int64_t(op), &t), kOpNames, "all_reduce");
+  detail::agree(comm.get(), describe(kAllReduce, std::int64_t(op), &t), describe_call, "all_reduce");
   auto red = reduce_values("all_reduce", t, op, even_bounds(t.numel(), world_size()), true);
   red.read(0, t.mutable_raw_data(), t.numel());
 }
@@ -531,7 +541,7 @@ void all_reduce(const Tensor& t, ReduceOp op) {
 Tensor reduce_scatter(const Tensor& t, ReduceOp op) {
   const auto& comm = detail::user_comm("reduce_scatter");
   check_reducible("reduce_scatter", t, op);
-  detail::agree(comm.get(), describe(kReduceScatter, std::int64_t(op), &t), kOpNames, "reduce_scatter");
+  detail::agree(comm.get(), describe(kReduceScatter, std::int64_t(op), &t), describe_call, "reduce_scatter");
   const std::size_t n = std::size_t(world_size());
   if (t.dim() == 0 || t.shape()[0] % n != 0)
     throw_error<ShapeError>("reduce_scatter", "argument 't' ", t.shape(), " must have a first dimension that is a multiple of the ",
@@ -550,7 +560,7 @@ Tensor reduce_scatter(const Tensor& t, ReduceOp op) {
 Tensor all_gather(const Tensor& t) {
   const auto& comm = detail::user_comm("all_gather");
   if (!t.defined()) throw_error<ValueError>("all_gather", "argument 't' is undefined");
-  detail::agree(comm.get(), describe(kAllGather, 0, &t), kOpNames, "all_gather");
+  detail::agree(comm.get(), describe(kAllGather, 0, &t), describe_call, "all_gather");
   const std::size_t n = std::size_t(world_size());
   Shape shape = t.shape();
   if (shape.empty()) shape = {n};

@@ -19,7 +19,7 @@ for run in 1 2; do
     echo "dist_tests failed with $np ranks (run $run)"
     exit 1
   fi
-  grep -E '^(dist_tests|float|ZeRO|digest)' "$work/run$run.log" | sed "s/^/run $run: /"
+  grep -E '^(dist_tests|float|ZeRO|digest|mismatch|out of step|different)' "$work/run$run.log" | sed "s/^/run $run: /"
 done
 d1=$(grep '^digest' "$work/run1.log") d2=$(grep '^digest' "$work/run2.log")
 [ -n "$d1" ] || { echo "no digest printed"; exit 1; }
