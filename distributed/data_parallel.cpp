@@ -369,8 +369,7 @@ struct DistributedDataParallel::Reducer : BackwardObserver {
         p.tensor.zero_grad();
         continue;
       }
-      Tensor g = p.dtype == DType::Float32 ? make_tensor(empty_array<float>(p.shape, kWho))
-                                           : make_tensor(empty_array<double>(p.shape, kWho));
+      Tensor g = detail::empty_tensor(p.dtype, p.shape, kWho);
       bucket.red.read(p.offset, g.mutable_raw_data(), p.numel);
       p.tensor.set_grad(g);
     }

@@ -77,15 +77,6 @@ std::vector<unsigned char> serialize(const NamedTensors& entries) {
   }
   return out;
 }
-Tensor empty_tensor(DType dtype, const Shape& shape) {
-  switch (dtype) {
-    case DType::Float32: return make_tensor(empty_array<float>(shape, kWho));
-    case DType::Float64: return make_tensor(empty_array<double>(shape, kWho));
-    case DType::Bool: return make_tensor(empty_array<bool>(shape, kWho));
-    case DType::Int64: return make_tensor(empty_array<std::int64_t>(shape, kWho));
-  }
-  throw_error<DTypeError>(kWho, "unknown dtype");
-}
 void deserialize(const unsigned char* p, std::size_t n, NamedTensors& out) {
   std::size_t at = 0;
   auto take = [&](void* dst, std::size_t k) {
@@ -110,7 +101,7 @@ void deserialize(const unsigned char* p, std::size_t n, NamedTensors& out) {
       take(&v, sizeof v);
       d = std::size_t(v);
     }
-    Tensor t = empty_tensor(DType(dtype), shape);
+    Tensor t = detail::empty_tensor(DType(dtype), shape, kWho);
     take(t.mutable_raw_data(), t.nbytes());
     out.emplace_back(std::move(name), std::move(t));
   }
@@ -255,21 +246,8 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
     v[i] = 1;
     v[n + i] = squared_norm(g);
   }
-  if (!comms_->comm.null()) {
-    detail::SegmentedReduce red(DType::Float64, [&] {
-      std::vector<std::size_t> b(static_cast<std::size_t>(world_size()) + 1, 0);
-      for (std::size_t r = 1; r < b.size(); ++r) b[r] = (2 * n * r) / std::size_t(world_size());
-      return b;
-    }(), 0);
-    red.write(0, v, 2 * n);
-    const std::string w = name_ + "::clip_grad_norm";
-    red.start_scatter(comms_->comm.get(), w);
-    red.wait_scatter(w);
-    red.reduce(ReduceOp::Sum);
-    red.start_gather(comms_->comm.get(), w);
-    red.wait_gather(w);
-    red.read(0, v, 2 * n);
-  }
+  all_reduce(both, ReduceOp::Sum);
+  v = both.mutable_data<double>();
   double sq = 0;
   for (std::size_t i = 0; i < n; ++i)
     if (v[i] != 0) sq += v[n + i];

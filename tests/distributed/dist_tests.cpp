@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <string>
@@ -194,6 +195,22 @@ std::uint64_t digest(const NamedTensors& params) {
   return h;
 }
 
+// Runs f, which must throw DistributedError on this rank; returns its message (rank 0 prints it
+// under `label`), "" when nothing was thrown. collective: the error must say every rank threw it.
+std::string distributed_error_of(const std::function<void()>& f, const char* label, bool collective) {
+  std::string message;
+  try {
+    f();
+  } catch (const dist::DistributedError& e) {
+    BOOST_TEST(e.collective() == collective);
+    message = e.what();
+  }
+  BOOST_TEST_INFO(message);
+  BOOST_TEST(!message.empty());
+  if (me() == 0) std::cout << label << ": " << message << std::endl;
+  return message;
+}
+
 // Gathers one flag per rank: true when every rank's is true (so a failure on one rank fails
 // the case on every rank, and the ranks stay in step).
 bool everywhere(bool ok) {
@@ -305,16 +322,12 @@ BOOST_AUTO_TEST_CASE(broadcast_all_gather_reduce_scatter_barrier) {
 BOOST_AUTO_TEST_CASE(ranks_calling_different_collectives_all_get_the_same_error) {
   if (world() == 1) return;
   Tensor t = zeros({3}, DType::Float32);
-  std::string message;
-  try {
-    if (me() == 0) dist::all_reduce(t);
-    else dist::broadcast(t, 0);
-  } catch (const dist::DistributedError& e) {
-    BOOST_TEST(e.collective());
-    message = e.what();
-  }
-  BOOST_TEST_INFO(message);
-  if (me() == 0) std::cout << "different collectives: " << message << std::endl;
+  const std::string message = distributed_error_of(
+      [&] {
+        if (me() == 0) dist::all_reduce(t);
+        else dist::broadcast(t, 0);
+      },
+      "different collectives", true);
   BOOST_TEST(message.find("rank 0 all_reduce(float32 (3), sum), rank 1 broadcast(float32 (3), root 0)") != std::string::npos);
   // The ranks are still in step: the next collective works.
   Tensor ok = ones({2}, DType::Float64);
@@ -503,15 +516,7 @@ BOOST_AUTO_TEST_CASE(mismatched_models_are_refused_on_every_rank_naming_the_para
   TransformerConfig c = small_config();
   if (me() == world() - 1) c.ff_hidden = 48;  // the last rank builds another feed-forward width
   TransformerEncoder model(c);
-  std::string message;
-  try {
-    dist::DistributedDataParallel ddp(model);
-  } catch (const dist::DistributedError& e) {
-    BOOST_TEST(e.collective());
-    message = e.what();
-  }
-  BOOST_TEST_INFO(message);
-  if (me() == 0) std::cout << "mismatch: " << message << std::endl;
+  std::string message = distributed_error_of([&] { dist::DistributedDataParallel ddp(model); }, "mismatch", true);
   BOOST_TEST(message.find("the model differs across the ranks") != std::string::npos);
   BOOST_TEST(message.find("'body.blocks.0.ff.fc1.weight' float32 (32, 16) on rank 0 but 'body.blocks.0.ff.fc1.weight' "
                           "float32 (48, 16) on rank " +
@@ -520,14 +525,7 @@ BOOST_AUTO_TEST_CASE(mismatched_models_are_refused_on_every_rank_naming_the_para
   TransformerConfig d = small_config();
   if (me() == 1) d.num_layers = 1;
   TransformerEncoder fewer(d);
-  message.clear();
-  try {
-    dist::DistributedDataParallel ddp(fewer);
-  } catch (const dist::DistributedError& e) {
-    message = e.what();
-  }
-  BOOST_TEST_INFO(message);
-  if (me() == 0) std::cout << "mismatch: " << message << std::endl;
+  message = distributed_error_of([&] { dist::DistributedDataParallel ddp(fewer); }, "mismatch", true);
   BOOST_TEST(message.find("rank 0 has ") != std::string::npos);
   BOOST_TEST(message.find(", rank 1 has ") != std::string::npos);
 }
@@ -540,19 +538,16 @@ BOOST_AUTO_TEST_CASE(ranks_out_of_step_are_detected_not_mixed) {
   dist::DistributedDataParallel ddp(model);
   Rng rng(3);
   const Tensor x = randn({2, 4}, rng, DType::Float64);
-  std::string message;
-  try {
-    {
-      std::unique_ptr<dist::DistributedDataParallel::NoSync> guard;
-      if (me() != 0) guard = std::make_unique<dist::DistributedDataParallel::NoSync>(ddp);
-      model.forward(x, true).backward();
-    }
-    model.forward(x, true).backward();
-  } catch (const dist::DistributedError& e) {
-    message = e.what();
-  }
-  BOOST_TEST_INFO(message);
-  if (me() == 0) std::cout << "out of step: " << message << std::endl;
+  const std::string message = distributed_error_of(
+      [&] {
+        {
+          std::unique_ptr<dist::DistributedDataParallel::NoSync> guard;
+          if (me() != 0) guard = std::make_unique<dist::DistributedDataParallel::NoSync>(ddp);
+          model.forward(x, true).backward();
+        }
+        model.forward(x, true).backward();
+      },
+      "out of step", false);
   BOOST_TEST(message.find("the ranks are out of step") != std::string::npos);
   // The wrapper is broken now: the next backward says so instead of hanging.
   BOOST_CHECK_THROW(model.forward(x, true).backward(), dist::DistributedError);
