@@ -520,7 +520,10 @@ void broadcast(const Tensor& t, int root) {
   if (!t.defined()) throw_error<ValueError>("broadcast", "argument 't' is undefined");
   if (root < 0 || root >= world_size())
     throw_error<ValueError>("broadcast", "root ", root, " is not a rank of this world of ", world_size());
-  if (comm.null()) return;
+  if (comm.null()) {  // a world of one: the value stays, the write is still counted
+    t.bump_version();
+    return;
+  }
   detail::agree(comm.get(), describe(kBroadcast, root, &t), describe_call, "broadcast");
   std::vector<MPI_Request> req(1);
   void* data = t.mutable_raw_data();

@@ -29,6 +29,10 @@
 // the reduce-scatter (N-1)/N of the gradients plus the all-gather (N-1)/N of the parameters,
 // the same as one all-reduce.
 //
+// Clip with opt.clip_grad_norm(max_norm), not xgrad::clip_grad_norm(model.parameters(), ...):
+// after backward each rank holds only its own parameters' gradients, so the free function
+// would see a part of the norm.
+//
 // Checkpoints: the base class's state_dict()/load_state_dict() throw (the state is sharded);
 // use distributed::save_checkpoint / load_checkpoint (distributed/checkpoint.hpp), which gather
 // the state on rank 0 into the unsharded optimizer's format (a file identical to one written
