@@ -60,20 +60,23 @@ inline CLI::Validator whole_number(long long lo, unsigned long long hi) {
       span);
 }
 
-// A finite number greater than 0.
-inline CLI::Validator positive_number() {
+// A finite number greater than 0 (or, with allow_zero, >= 0).
+inline CLI::Validator finite_number(bool allow_zero) {
+  const std::string allowed = allow_zero ? "a number >= 0" : "a number greater than 0";
   return CLI::Validator(
-      [](std::string& s) -> std::string {
+      [allow_zero, allowed](std::string& s) -> std::string {
         char* end = nullptr;
         errno = 0;
         const double v = std::strtod(s.c_str(), &end);
         if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(v))
-          return "'" + s + "' is not a finite number; allowed: a number greater than 0";
-        if (!(v > 0)) return s + " is out of range; allowed: a number greater than 0";
+          return "'" + s + "' is not a finite number; allowed: " + allowed;
+        if (!(allow_zero ? v >= 0 : v > 0)) return s + " is out of range; allowed: " + allowed;
         return "";
       },
-      "> 0");
+      allow_zero ? ">= 0" : "> 0");
 }
+inline CLI::Validator positive_number() { return finite_number(false); }
+inline CLI::Validator non_negative_number() { return finite_number(true); }
 
 // --help: "--steps INT:1 to 1000000000   maximum training steps ... [default: 3000]".
 class HelpFormatter : public CLI::Formatter {
@@ -112,6 +115,16 @@ class RunConfig {
     T* p = &var;
     entries_.push_back({name, o, check, [p] { return nlohmann::json(*p); },
                         [p](const nlohmann::json& j) { *p = j.get<T>(); }});
+    return o;
+  }
+
+  // A flag (true when given) that changes the trajectory (e.g. --flip augmentation), tracked
+  // like an option.
+  CLI::Option* add_flag(CLI::App& app, const std::string& name, bool& var, const std::string& help) {
+    CLI::Option* o = app.add_flag(name, var, help);
+    bool* p = &var;
+    entries_.push_back({name, o, CLI::Validator(), [p] { return nlohmann::json(*p); },
+                        [p](const nlohmann::json& j) { *p = j.get<bool>(); }});
     return o;
   }
 
@@ -156,7 +169,11 @@ class RunConfig {
     // The stored values pass the options' own checks before any is taken.
     for (auto& [e, value] : take) {
       std::string text = value.dump();
-      const std::string problem = value.is_number() ? e->check(text) : "not a number";
+      // Numbers and text (e.g. --pool mean) pass the option's check; a flag's stored true/false is taken as it is.
+      if (value.is_string()) text = value.get<std::string>();
+      const std::string problem = value.is_number() || value.is_string() ? e->check(text)
+                                  : value.is_boolean()                   ? std::string()
+                                                                         : "not a number, text or true/false";
       if (!problem.empty()) fail("the stored " + e->name + " " + value.dump() + " is invalid: " + problem);
     }
     for (auto& [e, value] : take) e->set(value);
@@ -434,6 +451,36 @@ inline std::string curves_script(const std::string& png, const std::vector<std::
   return s;
 }
 
+// Several curves over training steps: each on the left axis (log scale when `log_left`) or the
+// right one (range [0, 1] unless right_range is given as "[lo:hi]").
+struct Curve {
+  std::string title;
+  std::vector<std::pair<long, double>> points;
+  bool right_axis = false;
+};
+inline std::string lines_script(const std::string& png, const std::string& title, const std::vector<Curve>& curves,
+                                const std::string& left_label, const std::string& right_label, bool log_left = true,
+                                const std::string& right_range = "[0:1]") {
+  std::string s = "set terminal pngcairo size 900,500\nset output " + gp_quote(png) + "\nset termoption noenhanced\n"
+                  "set title " + gp_quote(title) + "\nset xlabel 'step'\nset ylabel " + gp_quote(left_label) + "\n" +
+                  (log_left ? "set logscale y\nset format y '%g'\n" : "") + "set y2label " + gp_quote(right_label) +
+                  "\nset y2range " + right_range + "\nset ytics nomirror\nset y2tics\nset grid\nset key top right\nplot ";
+  for (std::size_t i = 0; i < curves.size(); ++i)
+    s += std::string(i ? ", " : "") + "'-' " + (curves[i].right_axis ? "axes x1y2 " : "") +
+         (curves[i].points.size() > 200 ? "with lines" : "with linespoints") + " title " + gp_quote(curves[i].title);
+  s += "\n";
+  char num[64];
+  for (const auto& c : curves) {
+    for (const auto& p : c.points) {
+      std::snprintf(num, sizeof num, "%ld %.9g\n", p.first, p.second);
+      s += num;
+    }
+    if (c.points.empty()) s += "0 NaN\n";
+    s += "e\n";
+  }
+  return s;
+}
+
 // One panel per (layer, head): weights[l] is (1, H, T, S); rows are queries, columns keys.
 inline std::string attention_script(const std::string& png, const std::vector<xgrad::Tensor>& weights,
                            const std::vector<std::string>& query_labels,
@@ -538,10 +585,33 @@ struct Parallel {
 // resumed run's curve and metrics are those of the uninterrupted run: an evaluation's
 // "loss" (the mean training loss since the previous evaluation) is summed again from the
 // stored per-step losses, in the same order.
+// What an evaluation reports: the held-out accuracy (the early-stop rule and the progress bar
+// read it; stored as "heldout_exact_match") and any other figures (e.g. {"test_loss": 0.31}),
+// stored in the same history entry.
+struct Evaluation {
+  double accuracy = 0;
+  nlohmann::json extra = nlohmann::json::object();
+};
+
+inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long total, double peak_lr,
+                         xgrad::Module& model, xgrad::Optimizer& optimizer,
+                         const std::function<xgrad::Tensor(long)>& loss_at, const std::function<Evaluation()>& evaluate,
+                         const std::map<std::string, std::string>& extra_metadata = {},
+                         const Parallel* parallel = nullptr);
+
 inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long total, double peak_lr,
                          xgrad::Module& model, xgrad::Optimizer& optimizer,
                          const std::function<xgrad::Tensor(long)>& loss_at, const std::function<double()>& evaluate,
                          const Parallel* parallel = nullptr) {
+  return train(opt, run, total, peak_lr, model, optimizer, loss_at,
+               std::function<Evaluation()>([&evaluate] { return Evaluation{evaluate(), nlohmann::json::object()}; }), {},
+               parallel);
+}
+
+inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long total, double peak_lr,
+                         xgrad::Module& model, xgrad::Optimizer& optimizer,
+                         const std::function<xgrad::Tensor(long)>& loss_at, const std::function<Evaluation()>& evaluate,
+                         const std::map<std::string, std::string>& extra_metadata, const Parallel* parallel) {
   using namespace xgrad;
   const std::string ckpt = opt.out + "/checkpoint.safetensors";
   const long warmup = std::min<long>(100, total / 10);
@@ -597,11 +667,13 @@ inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long to
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&t0] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   auto save = [&] {
-    const std::map<std::string, std::string> meta{
-        {"step", std::to_string(r.steps)}, {"seed", std::to_string(opt.seed)},
-        {"example", run.example()}, {"run_config", run.to_json().dump()},
-        {"history", r.history.dump()}, {"losses", losses.dump()},
-        {"train_seconds", nlohmann::json(earlier_seconds + elapsed()).dump()}};
+    std::map<std::string, std::string> meta = extra_metadata;  // e.g. a vocabulary; the entries below win
+    for (auto& [key, value] : std::map<std::string, std::string>{
+             {"step", std::to_string(r.steps)}, {"seed", std::to_string(opt.seed)},
+             {"example", run.example()}, {"run_config", run.to_json().dump()},
+             {"history", r.history.dump()}, {"losses", losses.dump()},
+             {"train_seconds", nlohmann::json(earlier_seconds + elapsed()).dump()}})
+      meta[key] = value;
     if (parallel) parallel->save(ckpt, meta);
     else save_checkpoint(ckpt, model, &optimizer, meta);
     r.saved = true;
@@ -623,8 +695,11 @@ inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long to
     r.curve.emplace_back(r.steps, loss_value);
     losses.push_back(loss_value);
     if (r.steps % opt.eval_every == 0 || r.steps == total) {
-      r.accuracy = evaluate();
-      r.history.push_back({{"step", r.steps}, {"loss", running / double(since)}, {"heldout_exact_match", r.accuracy}});
+      const Evaluation ev = evaluate();
+      r.accuracy = ev.accuracy;
+      nlohmann::json entry = {{"step", r.steps}, {"loss", running / double(since)}, {"heldout_exact_match", r.accuracy}};
+      for (auto it = ev.extra.begin(); it != ev.extra.end(); ++it) entry[it.key()] = it.value();
+      r.history.push_back(std::move(entry));
       r.accuracies.emplace_back(r.steps, r.accuracy);
       running = 0, since = 0;
       save();

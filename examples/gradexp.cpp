@@ -1,10 +1,26 @@
-// gradexp: gradient experiments on a trained model.
-//   1. per-layer gradient norms;
-//   2. a Hessian-vector product through create_graph, checked against central finite
-//      differences of the gradient: Hv ~ (grad L(w + eps v) - grad L(w - eps v)) / 2 eps;
-//   3. the top Hessian eigenvalue by power iteration on Hv.
-// The model (a small causal decoder) is first trained for --steps on a toy task — predict
-// the token two positions back — then converted to float64 for the experiments.
+// gradexp: gradient experiments on a real model with xgrad's toolkit (framework/functional.hpp,
+// framework/curvature.hpp, framework/graph_dot.hpp).
+//
+// The model and task (struct Task, the one place to switch them) are the `reverse` example's:
+// a bidirectional TransformerEncoder with a key padding mask reverses digit sequences, here
+// smaller and trained by full-batch gradient descent (SGD without momentum, every step on the
+// whole of a fixed training set), so that the training loss L(w) = mean_i loss_i(w) and its Hessian are
+// one function at every step. At every evaluation (--eval-every), on the training set, in
+// float64 (a copy of the model):
+//   - per-layer gradient norms;
+//   - the top --eigenvalues Hessian eigenvalues (Lanczos on a HessianOperator) against 2/lr,
+//     gradient descent's stability threshold: the "edge of stability" curve (Cohen et al.
+//     2021: the sharpness rises until it meets 2/lr and then hovers there);
+//   - the Hessian trace (Hutchinson, --hutchinson-samples Rademacher probes);
+//   - the gradient-noise scale B_simple = tr(Sigma) / |G|^2 from the per-sample gradients of
+//     every training example (McCandlish et al. 2018).
+// After training: hvp against vhp and finite differences of the gradient, jvp against
+// <grad L, v>, and the recorded graph of one MultiHeadAttention forward and of its
+// create_graph backward as DOT files (and SVG, drawn by Graphviz's dot).
+//
+// The measurements of every evaluation go to <out>/measurements.json before the checkpoint of
+// that step is written, so a --resume continues them: the resumed run's metrics.json is the
+// uninterrupted run's.
 #include <tuple>
 
 #include "common.hpp"
@@ -13,176 +29,438 @@ using namespace xgrad;
 
 namespace {
 
-// tokens (B, T) random; targets[t] = tokens[t - 2] (ignored for t < 2).
-std::pair<Tensor, Tensor> batch(Rng& rng, std::size_t B, std::size_t T, std::int64_t V) {
-  std::vector<std::int64_t> x(B * T), y(B * T, -100);
-  for (auto& v : x) v = rng.uniform_int(0, V - 1);
-  for (std::size_t i = 0; i < B; ++i)
-    for (std::size_t t = 2; t < T; ++t) y[i * T + t] = x[i * T + t - 2];
-  return {index_tensor(x, {B, T}), index_tensor(y, {B, T})};
+// --- the model and its task --------------------------------------------------------------------
+
+// Reverse digit sequences of length 1..max_len (padded with kPad; targets -100 at padding).
+struct Task {
+  static constexpr std::int64_t kPad = 10, kVocab = 11;
+  std::size_t max_len = 8;
+  using Model = TransformerEncoder;
+
+  struct Batch {
+    Tensor tokens, padding, targets;  // (B, max_len) int64, bool (true = PAD), int64
+  };
+
+  TransformerConfig config(std::size_t dim, std::size_t heads, std::size_t layers, std::uint64_t seed) const {
+    TransformerConfig c;
+    c.vocab_size = kVocab, c.max_len = max_len, c.embed_dim = dim, c.num_heads = heads;
+    c.ff_hidden = 2 * dim, c.num_layers = layers, c.dropout = 0.0, c.seed = seed;
+    return c;
+  }
+
+  Batch batch(Rng& rng, std::size_t B) const {
+    const std::size_t T = max_len;
+    std::vector<std::int64_t> tok(B * T, kPad), tgt(B * T, -100);
+    std::vector<bool> pad(B * T, true);
+    for (std::size_t i = 0; i < B; ++i) {
+      const auto L = std::size_t(rng.uniform_int(1, std::int64_t(T)));
+      for (std::size_t t = 0; t < L; ++t) tok[i * T + t] = rng.uniform_int(0, 9), pad[i * T + t] = false;
+      for (std::size_t t = 0; t < L; ++t) tgt[i * T + t] = tok[i * T + L - 1 - t];
+    }
+    return {index_tensor(tok, {B, T}), bool_tensor(pad, {B, T}), index_tensor(tgt, {B, T})};
+  }
+
+  // loss_i: the mean cross-entropy over example i's digits; the training loss is their mean.
+  Tensor per_example_losses(Model& m, const Batch& b) const {
+    return cross_entropy_per_example(m.forward(b.tokens, b.padding), b.targets);
+  }
+  Tensor loss(Model& m, const Batch& b) const { return mean(per_example_losses(m, b)); }
+
+  // Fraction of sequences whose every digit is predicted.
+  double exact_match(Model& m, const Batch& b) const {
+    NoGradGuard no_grad;
+    const auto lv = m.forward(b.tokens, b.padding).to_vector();
+    const std::int64_t* tgt = b.targets.data<std::int64_t>();
+    const std::size_t B = b.tokens.shape()[0];
+    std::size_t ok = 0;
+    for (std::size_t i = 0; i < B; ++i) {
+      bool all = true;
+      for (std::size_t t = 0; t < max_len && all; ++t) {
+        if (tgt[i * max_len + t] < 0) continue;
+        const double* row = lv.data() + (i * max_len + t) * kVocab;
+        all = std::max_element(row, row + kVocab) - row == tgt[i * max_len + t];
+      }
+      ok += all;
+    }
+    return double(ok) / double(B);
+  }
+};
+
+// --- measurements --------------------------------------------------------------------------------
+
+struct Settings {
+  std::size_t eigenvalues = 2, lanczos_iterations = 20, hutchinson_samples = 10;
+  std::uint64_t seed = 0;
+};
+
+// A float64 copy of `model` (curvature in float32 would be limited by its rounding).
+std::unique_ptr<Task::Model> float64_copy(const Task::Model& model, const TransformerConfig& cfg) {
+  auto copy = std::make_unique<Task::Model>(cfg);
+  copy->to(DType::Float64);
+  copy->load_parameters(model.named_parameters());
+  return copy;
 }
 
-double dot(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-  double s = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    auto va = a[i].to_vector(), vb = b[i].to_vector();
-    for (std::size_t j = 0; j < va.size(); ++j) s += va[j] * vb[j];
+// The module a parameter belongs to: its name without the last part.
+std::string layer_of(const std::string& name) { return name.substr(0, name.rfind('.')); }
+
+nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+nlohmann::json measure(const Task& task, const Task::Model& model, const TransformerConfig& cfg,
+                       const Task::Batch& train, long step, double lr, const Settings& s) {
+  auto probe = float64_copy(model, cfg);
+  Task::Model& m = *probe;
+  const TensorFn loss_fn = parameter_function(m, [&] { return task.loss(m, train); });
+  const HessianOperator H(loss_fn, m.parameters());
+  nlohmann::json layers = nlohmann::json::object();
+  double total = 0;
+  {
+    const NamedTensors names = m.named_parameters();
+    std::map<std::string, double> sq;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      const auto g = H.gradient()[i].to_vector();
+      double s2 = 0;
+      for (double v : g) s2 += v * v;
+      sq[layer_of(names[i].first)] += s2;
+      total += s2;
+    }
+    for (const auto& kv : sq) layers[kv.first] = std::sqrt(kv.second);
+  }
+  LanczosOptions lo;
+  lo.k = s.eigenvalues, lo.max_iterations = s.lanczos_iterations, lo.tol = 1e-3, lo.seed = s.seed;
+  const LanczosResult top = lanczos(H, H.inputs(), lo);
+  HutchinsonOptions ho;
+  ho.samples = s.hutchinson_samples, ho.seed = s.seed + 1;
+  const TraceEstimate trace = hutchinson_trace(H, H.inputs(), ho);
+  const PerSampleGradients ps = per_sample_gradients(m, [&] { return task.per_example_losses(m, train); });
+  const NoiseScale noise = gradient_noise_scale(ps.grads);
+  return {{"step", step},
+          {"lr", lr},
+          {"two_over_lr", lr > 0 ? nlohmann::json(2 / lr) : nlohmann::json(nullptr)},
+          {"train_loss", H.value().item()},
+          {"grad_norm", std::sqrt(total)},
+          {"layer_grad_norms", layers},
+          {"hessian_top_eigenvalues", top.eigenvalues},
+          {"lanczos_residuals", top.residuals},
+          {"lanczos_products", top.iterations},
+          {"lanczos_converged", top.converged},
+          {"hessian_trace", trace.trace},
+          {"hessian_trace_std_error", finite_or_null(trace.std_error)},
+          {"noise_scale", {{"b_simple", finite_or_null(noise.b_simple)}, {"trace_sigma", noise.trace_sigma},
+                           {"grad_sq_norm", noise.grad_sq_norm}, {"batch", noise.batch}}}};
+}
+
+// <out>/measurements.json: {"example": "gradexp", "measurements": [{step, ...}, ...]}.
+std::map<long, nlohmann::json> read_measurements(const std::string& path) {
+  std::map<long, nlohmann::json> out;
+  std::ifstream f(path);
+  if (!f) throw IOError("--resume: " + path + " is missing: the measurements of the earlier evaluations are lost");
+  try {
+    const nlohmann::json j = nlohmann::json::parse(f);
+    if (j.at("example") != "gradexp") throw IOError("--resume: " + path + " was not written by gradexp");
+    for (const auto& m : j.at("measurements")) out[m.at("step").get<long>()] = m;
+  } catch (const nlohmann::json::exception& e) {
+    throw IOError("--resume: " + path + " is not a gradexp measurements file (" + e.what() + ")");
+  }
+  return out;
+}
+
+void write_measurements(const std::string& path, const std::map<long, nlohmann::json>& ms) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& kv : ms) list.push_back(kv.second);
+  examples::write_json(path, {{"example", "gradexp"}, {"measurements", list}});
+}
+
+// --- pictures ------------------------------------------------------------------------------------
+
+std::string series(const std::vector<std::pair<double, double>>& pts) {
+  std::string s;
+  char num[64];
+  for (const auto& p : pts) {
+    std::snprintf(num, sizeof num, "%.9g %.9g\n", p.first, p.second);
+    s += num;
+  }
+  return s + "e\n";
+}
+
+std::string header(const std::string& png, const std::string& title) {
+  return "set terminal pngcairo size 900,500 noenhanced\nset output " + examples::gp_quote(png) +
+         "\nset grid\nset key outside right top\nset xlabel 'step'\nset title " + examples::gp_quote(title) + "\n";
+}
+
+// Sharpness (top eigenvalues) at the evaluations and 2/lr at every step.
+std::string sharpness_script(const std::string& png, const std::vector<nlohmann::json>& ms,
+                             const std::vector<std::pair<double, double>>& two_over_lr, std::size_t k) {
+  std::string s = header(png, "edge of stability: top Hessian eigenvalues of the training loss vs 2/lr") +
+                  "set ylabel 'eigenvalue'\nset logscale y\nplot '-' with lines lw 2 lc rgb '#c62828' title '2 / lr'";
+  std::vector<std::vector<std::pair<double, double>>> eig(k);
+  for (const auto& m : ms)
+    for (std::size_t i = 0; i < k && i < m["hessian_top_eigenvalues"].size(); ++i) {
+      const double v = m["hessian_top_eigenvalues"][i];
+      if (v > 0) eig[i].emplace_back(m["step"].get<double>(), v);
+    }
+  for (std::size_t i = 0; i < k; ++i) s += ", '-' with linespoints pt 7 title 'lambda_" + std::to_string(i + 1) + "'";
+  s += "\n" + series(two_over_lr);
+  for (const auto& e : eig) s += series(e);
+  return s;
+}
+
+std::string grad_norms_script(const std::string& png, const std::vector<nlohmann::json>& ms) {
+  std::vector<std::string> layers;
+  for (auto it = ms.front()["layer_grad_norms"].begin(); it != ms.front()["layer_grad_norms"].end(); ++it)
+    layers.push_back(it.key());
+  std::string s = header(png, "per-layer gradient norms of the training loss") +
+                  "set ylabel 'gradient norm'\nset logscale y\nset key font ',7'\nplot ";
+  for (std::size_t i = 0; i < layers.size(); ++i)
+    s += std::string(i ? ", " : "") + "'-' with linespoints title " + examples::gp_quote(layers[i]);
+  s += "\n";
+  for (const auto& layer : layers) {
+    std::vector<std::pair<double, double>> pts;
+    for (const auto& m : ms) pts.emplace_back(m["step"].get<double>(), m["layer_grad_norms"][layer].get<double>());
+    s += series(pts);
   }
   return s;
 }
 
-std::vector<Tensor> scaled(const std::vector<Tensor>& a, double c) {
-  std::vector<Tensor> out;
-  for (const auto& t : a) out.push_back(mul_scalar(t, c).detach());
+// B_simple is drawn where it is finite: where the |G|^2 estimate is <= 0 (near a minimum of a
+// full-batch loss the mean gradient vanishes but not the per-example ones) it is infinite.
+std::string trace_noise_script(const std::string& png, const std::vector<nlohmann::json>& ms) {
+  std::vector<std::pair<double, double>> b;
+  for (const auto& m : ms)
+    if (!m["noise_scale"]["b_simple"].is_null()) b.emplace_back(m["step"].get<double>(), m["noise_scale"]["b_simple"].get<double>());
+  std::string s = header(png, "Hessian trace (Hutchinson, +- 1 standard error) and gradient-noise scale B_simple") +
+                  "set ylabel 'trace'\nset y2label 'B_simple (examples)'\nset ytics nomirror\nset y2tics\n";
+  if (b.empty()) s += "set label 1 'B_simple infinite at every evaluation (noise dominates)' at graph 0.02, graph 0.95\n";
+  s += std::string("plot '-' with yerrorlines title 'tr(H)'") +
+       (b.empty() ? "" : ", '-' axes x1y2 with linespoints title 'B_simple (finite points)'") + "\n";
+  for (const auto& m : ms) {
+    const double se = m["hessian_trace_std_error"].is_null() ? 0.0 : m["hessian_trace_std_error"].get<double>();
+    char num[96];
+    std::snprintf(num, sizeof num, "%.9g %.9g %.9g\n", m["step"].get<double>(), m["hessian_trace"].get<double>(), se);
+    s += num;
+  }
+  s += "e\n";
+  return b.empty() ? s : s + series(b);
+}
+
+// `dot -Tsvg in -o out`; "" on success, else what went wrong.
+std::string render_svg(const std::string& dot_file, const std::string& svg_file) {
+  if (std::system("command -v dot > /dev/null 2>&1") != 0)
+    return "Graphviz's dot is not installed (not found on PATH; Debian: apt-get install graphviz)";
+  auto q = [](const std::string& p) {
+    std::string s = "'";
+    for (char c : p) s += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return s + "'";
+  };
+  const int status = std::system(("dot -Tsvg " + q(dot_file) + " -o " + q(svg_file) + " 2>&1").c_str());
+  if (status != 0) return "dot failed (status " + std::to_string(status) + ")";
+  return "";
+}
+
+// x <- x + c v for every parameter tensor (as new tensors).
+Tensors shifted(const Tensors& x, const Tensors& v, double c) {
+  Tensors out;
+  for (std::size_t i = 0; i < x.size(); ++i) out.push_back(add(x[i], mul_scalar(v[i], c)).detach());
   return out;
 }
 
-// Adds c * v to the parameters in place.
-void shift(Module& model, const std::vector<Tensor>& v, double c) {
-  auto slots = model.parameter_slots();
-  for (std::size_t i = 0; i < slots.size(); ++i) {
-    double* p = slots[i].second->mutable_data<double>();
-    const double* d = v[i].data<double>();
-    for (std::size_t j = 0; j < v[i].numel(); ++j) p[j] += c * d[j];
-  }
+double norm_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s);
+}
+
+double relative_difference(const Tensors& a, const Tensors& b) {
+  auto va = flatten_values(a), vb = flatten_values(b);
+  for (std::size_t i = 0; i < va.size(); ++i) va[i] -= vb[i];
+  return norm_of(va) / norm_of(vb);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"gradexp: per-layer gradient norms, a Hessian-vector product and the top Hessian eigenvalue"};
+  CLI::App app{"gradexp: per-layer gradient norms, Hessian spectrum and trace (edge of stability), gradient-noise "
+               "scale and graph pictures on the reverse task's Transformer encoder"};
   examples::CommonOptions opt;
   opt.steps = 300;
+  opt.eval_every = 25;
   examples::RunConfig run("gradexp");
-  int power_iterations = 20;
+  Task task;
+  std::size_t train_size = 256, dim = 32, heads = 2, layers = 2, heldout_size = 256;
+  double lr = 0.5;
+  Settings settings;
   examples::add_common_options(app, opt, run);
-  app.add_option("--power-iterations", power_iterations,
-                 "power-iteration steps for the top eigenvalue (after training: free on --resume)")
-      ->capture_default_str()
-      ->transform(examples::whole_number(1, 100000));
+  run.add(app, "--lr", lr, "peak learning rate (warmup + cosine)", examples::positive_number());
+  run.add(app, "--train-size", train_size, "training sequences (every step uses all of them)", examples::whole_number(2, 65536));
+  run.add(app, "--length", task.max_len, "longest sequence", examples::whole_number(1, 64));
+  run.add(app, "--layers", layers, "Transformer blocks", examples::whole_number(1, 16));
+  run.add(app, "--dim", dim, "embedding size (a multiple of --heads)", examples::whole_number(1, 1024));
+  run.add(app, "--heads", heads, "attention heads", examples::whole_number(1, 64));
+  run.add(app, "--eigenvalues", settings.eigenvalues, "top Hessian eigenvalues per evaluation (Lanczos)",
+          examples::whole_number(1, 100));
+  run.add(app, "--lanczos-iterations", settings.lanczos_iterations, "Hessian-vector products per Lanczos run (>= --eigenvalues)",
+          examples::whole_number(1, 1000));
+  run.add(app, "--hutchinson-samples", settings.hutchinson_samples, "Rademacher probes per trace estimate",
+          examples::whole_number(1, 10000));
   CLI11_PARSE(app, argc, argv);
   try {
     if (examples::resolve_resume(opt, run)) return 0;
+    if (dim % heads != 0)
+      throw ValueError("--dim " + std::to_string(dim) + " is not a multiple of --heads " + std::to_string(heads));
+    if (settings.lanczos_iterations < settings.eigenvalues)
+      throw ValueError("--lanczos-iterations " + std::to_string(settings.lanczos_iterations) + " is less than --eigenvalues " +
+                       std::to_string(settings.eigenvalues));
     examples::setup_runtime(opt);
     std::filesystem::create_directories(opt.out);
-    const std::int64_t V = 8;
-    const std::size_t T = 12;
-    TransformerConfig cfg;
-    cfg.vocab_size = std::size_t(V), cfg.max_len = T, cfg.embed_dim = 16, cfg.num_heads = 2;
-    cfg.ff_hidden = 32, cfg.num_layers = 2, cfg.seed = opt.seed;
-    TransformerDecoder model(cfg);
+    settings.seed = opt.seed;
+    const TransformerConfig cfg = task.config(dim, heads, layers, opt.seed);
+    Task::Model model(cfg);
+    SGD optimizer(model.named_parameters(), SGDOptions(lr));  // plain gradient descent: threshold 2 / lr
+    Rng train_rng(opt.seed + 17), heldout_rng(opt.seed + 1000003);
+    const Task::Batch train = task.batch(train_rng, train_size), heldout = task.batch(heldout_rng, heldout_size);
 
-    // Train (float32).
-    AdamW optimizer(model.named_parameters(), 3e-3);
-    auto loss_at = [&](long step) {
-      Rng rng(opt.seed * 1000003 + std::uint64_t(step));
-      auto [x, y] = batch(rng, 32, T, V);
-      return cross_entropy(model.forward(x), y);
+    const std::string measurements_path = opt.out + "/measurements.json";
+    std::map<long, nlohmann::json> measurements;
+    if (opt.resume) measurements = read_measurements(measurements_path);
+    auto evaluate = [&] {
+      const long step = long(optimizer.steps());
+      measurements[step] = measure(task, model, cfg, train, step, optimizer.lr, settings);
+      write_measurements(measurements_path, measurements);  // before train() writes this step's checkpoint
+      return task.exact_match(model, heldout);
     };
-    Rng eval_rng(opt.seed + 99);
-    Tensor ex, ey;  // not a structured binding: C++17 lambdas cannot capture those (clang)
-    std::tie(ex, ey) = batch(eval_rng, 256, T, V);
-    auto accuracy = [&] {
-      NoGradGuard no_grad;
-      auto lv = model.forward(ex).to_vector();
-      std::size_t ok = 0, n = 0;
-      for (std::size_t i = 0; i < ey.numel(); ++i) {
-        const auto t = ey.data<std::int64_t>()[i];
-        if (t < 0) continue;
-        const double* row = lv.data() + i * std::size_t(V);
-        ok += std::max_element(row, row + V) - row == t;
-        ++n;
-      }
-      return double(ok) / double(n);
-    };
-    auto result = examples::train(opt, run, opt.steps, 3e-3, model, optimizer, loss_at, accuracy);
-    std::cout << "trained " << result.steps << " steps: token accuracy " << 100 * result.accuracy << "%"
-              << examples::evaluated_at(result) << ", " << examples::seconds_text(result) << "\n";
-
-    // Experiments in float64 on one fixed batch.
-    model.to(DType::Float64);
-    model.eval();
-    Rng rng(opt.seed + 5);
-    Tensor x, y;
-    std::tie(x, y) = batch(rng, 16, T, V);
-    auto params = model.parameters();
-    auto names = model.named_parameters();
-    auto loss_fn = [&] { return cross_entropy(model.forward(x), y); };
-
-    // 1. Per-layer gradient norms (grouped by module: the name without its last part).
-    auto g = grad({loss_fn()}, params);
-    std::vector<std::pair<std::string, double>> layer_sq;
-    for (std::size_t i = 0; i < g.size(); ++i) {
-      std::string layer = names[i].first.substr(0, names[i].first.rfind('.'));
-      double sq = dot({g[i]}, {g[i]});
-      if (layer_sq.empty() || layer_sq.back().first != layer) layer_sq.emplace_back(layer, 0.0);
-      layer_sq.back().second += sq;
+    auto result = examples::train(opt, run, opt.steps, lr, model, optimizer, [&](long) { return task.loss(model, train); },
+                                  evaluate);
+    std::vector<nlohmann::json> ms;  // one per evaluation of this run's whole history
+    for (const auto& [step, acc] : result.accuracies) {
+      (void)acc;
+      auto it = measurements.find(step);
+      if (it == measurements.end())
+        throw IOError("--resume: " + measurements_path + " has no measurement of the evaluation at step " + std::to_string(step));
+      ms.push_back(it->second);
     }
-    nlohmann::json norms = nlohmann::json::object();
-    std::cout << "per-layer gradient norms:\n";
-    for (auto& [layer, sq] : layer_sq) {
-      norms[layer] = std::sqrt(sq);
-      std::printf("  %-28s %.3e\n", layer.c_str(), std::sqrt(sq));
-    }
+    for (auto it = measurements.begin(); it != measurements.end();)  // stale entries past the checkpoint
+      it = it->first > result.steps ? measurements.erase(it) : std::next(it);
+    write_measurements(measurements_path, measurements);
+    std::cout << "trained " << result.steps << " steps (gradient descent, peak lr " << lr << "): training loss "
+              << (ms.empty() ? std::string("-") : std::to_string(ms.back()["train_loss"].get<double>()))
+              << ", held-out exact match " << 100 * result.accuracy << "%" << examples::evaluated_at(result) << ", "
+              << examples::seconds_text(result) << "\n";
+    for (const auto& m : ms)
+      std::printf("  step %5ld  loss %.4f  |g| %.3e  lambda_max %9.4g  2/lr %9.4g  tr(H) %9.4g  B_simple %s\n",
+                  m["step"].get<long>(), m["train_loss"].get<double>(), m["grad_norm"].get<double>(),
+                  m["hessian_top_eigenvalues"][0].get<double>(), m["two_over_lr"].is_null() ? 0.0 : m["two_over_lr"].get<double>(),
+                  m["hessian_trace"].get<double>(), m["noise_scale"]["b_simple"].dump().c_str());
 
-    // 2. Hessian-vector product vs finite differences of the gradient.
-    auto hvp = [&](const std::vector<Tensor>& v) {
-      auto gs = grad({loss_fn()}, params, {}, GradOptions{false, true, false});
-      Tensor gv = scalar(0.0, DType::Float64);
-      for (std::size_t i = 0; i < gs.size(); ++i) gv = add(gv, sum(mul(gs[i], v[i])));
-      return grad({gv}, params, {}, GradOptions{false, false, true});
-    };
-    std::vector<Tensor> v;
-    for (const auto& p : params) v.push_back(randn(p.shape(), rng, DType::Float64));
-    v = scaled(v, 1.0 / std::sqrt(dot(v, v)));
-    auto hv = hvp(v);
-    for (auto& t : hv)
-      if (!t.defined()) throw GraphError("gradexp: a parameter has no second derivative");
+    // Checks of the toolkit at the final parameters, in float64.
+    auto probe = float64_copy(model, cfg);
+    Task::Model& m = *probe;
+    const TensorFn loss_fn = parameter_function(m, [&] { return task.loss(m, train); });
+    const Tensors params = m.parameters();
+    Rng vrng(opt.seed + 5);
+    Tensors v;
+    for (const auto& p : params) v.push_back(randn(p.shape(), vrng, DType::Float64));
+    const double vn = norm_of(flatten_values(v));
+    for (auto& t : v) t = mul_scalar(t, 1 / vn).detach();
+    const auto t0 = std::chrono::steady_clock::now();
+    const Tensor value = loss_fn(params);
+    const auto t1 = std::chrono::steady_clock::now();
+    const JvpResult dir = jvp(loss_fn, params, v);
+    const auto t2 = std::chrono::steady_clock::now();
+    const HvpResult hv = hvp(loss_fn, params, v), vh = vhp(loss_fn, params, v);
+    const VjpResult g = value_and_grad(loss_fn, params);
     const double eps = 1e-4;
-    shift(model, v, eps);
-    auto g_plus = grad({loss_fn()}, model.parameters());
-    shift(model, v, -2 * eps);
-    auto g_minus = grad({loss_fn()}, model.parameters());
-    shift(model, v, eps);
-    std::vector<Tensor> fd;
-    for (std::size_t i = 0; i < g_plus.size(); ++i) fd.push_back(mul_scalar(sub(g_plus[i], g_minus[i]), 0.5 / eps));
-    std::vector<Tensor> diff;
-    for (std::size_t i = 0; i < fd.size(); ++i) diff.push_back(sub(hv[i], fd[i]));
-    const double rel = std::sqrt(dot(diff, diff) / dot(hv, hv));
-    std::cout << "Hessian-vector product: ||Hv|| = " << std::sqrt(dot(hv, hv))
-              << ", relative difference to finite differences = " << rel << "\n";
-
-    // 3. Top eigenvalue (largest magnitude) by power iteration.
-    double lambda = 0;
-    std::vector<double> trace;
-    for (int it = 0; it < power_iterations; ++it) {
-      auto h = hvp(v);
-      lambda = dot(v, h);
-      trace.push_back(lambda);
-      v = scaled(h, 1.0 / std::sqrt(dot(h, h)));
-    }
-    std::cout << "top Hessian eigenvalue (power iteration, " << power_iterations << " steps): " << lambda << "\n";
-
-    examples::write_metrics(opt.out + "/metrics.json",
-                         {{"example", "gradexp"}, {"steps", result.steps}, {"token_accuracy", result.accuracy},
-                          {"layer_grad_norms", norms}, {"hvp_relative_fd_difference", rel},
-                          {"top_eigenvalue", lambda}, {"power_iteration_trace", trace},
-                          {"wall_time_seconds_total", result.total_seconds},
-                          {"wall_time_seconds_this_run", result.seconds}});
-    examples::Plots plots(!opt.no_plots);
+    const Tensors gp = value_and_grad(loss_fn, shifted(params, v, eps)).grads;
+    const Tensors gm = value_and_grad(loss_fn, shifted(params, v, -eps)).grads;
+    Tensors fd;
+    for (std::size_t i = 0; i < gp.size(); ++i) fd.push_back(mul_scalar(sub(gp[i], gm[i]), 0.5 / eps));
+    double gv = 0;
     {
-      const std::string png = opt.out + "/grad_norms.png";
-      std::string s = "set terminal pngcairo size 900,500 noenhanced\nset output " + examples::gp_quote(png) +
-                      "\nset style fill solid\nset boxwidth 0.7\nset logscale y\n"
-                      "set xtics rotate by -45 font ',8'\nset ylabel 'gradient norm'\nset title 'per-layer gradient norms'\n"
-                      "plot '-' using 0:2:xtic(1) with boxes notitle\n";
-      for (auto& [layer, sq] : layer_sq) s += "\"" + layer + "\" " + std::to_string(std::sqrt(sq)) + "\n";
-      s += "e\n";
-      plots.draw(png, s);
+      const auto a = flatten_values(g.grads), b = flatten_values(v);
+      for (std::size_t i = 0; i < a.size(); ++i) gv += a[i] * b[i];
     }
-    std::cout << examples::outputs_line(opt.out, plots.written(), result) << "\n";
+    const double rel_fd = relative_difference(hv.product, fd), rel_vhp = relative_difference(vh.product, hv.product);
+    const double rel_jvp = std::abs(dir.tangent.item() - gv) / std::abs(gv);
+    const double fwd_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    const double jvp_ms = std::chrono::duration<double, std::milli>(t2 - t1).count();
+    std::cout << "checks: |hvp - finite differences| / |hvp| = " << rel_fd << ", |vhp - hvp| / |hvp| = " << rel_vhp
+              << ", |jvp - <grad, v>| / |<grad, v>| = " << rel_jvp << " (loss " << value.item() << ")\n"
+              << "timing (this machine, one call): forward " << fwd_ms << " ms, jvp " << jvp_ms << " ms ("
+              << jvp_ms / fwd_ms << "x)\n";
+
+    // The graph of one MultiHeadAttention forward (the trained first block's, composed attention
+    // so that every op shows) and of its backward recorded with create_graph.
+    MultiHeadAttention& attn = m.body.blocks[0]->attn;
+    Rng xrng(opt.seed + 9);
+    const Tensor x = randn({1, 4, dim}, xrng, DType::Float64);
+    AttentionOptions aopt;
+    aopt.need_weights = true;
+    const Tensor out = attn.forward(x, aopt).output;
+    const Tensor attn_loss = mean(mul(out, out));
+    NamedTensors names = attn.named_parameters();
+    names.emplace_back("x", x);
+    names.emplace_back("loss", attn_loss);
+    const Tensor dW = grad({attn_loss}, {attn.in_proj_weight}, {}, GradOptions{true, true, false})[0];
+    names.emplace_back("d loss / d in_proj_weight", dW);
+    DotOptions dopt;
+    dopt.title = "MultiHeadAttention(" + std::to_string(dim) + ", " + std::to_string(heads) + ") forward, loss = mean(out^2)";
+    const DotGraph fwd = graph_to_dot({attn_loss}, names, dopt);
+    dopt.title = "its backward recorded with create_graph: d loss / d in_proj_weight";
+    const DotGraph bwd = graph_to_dot({dW}, names, dopt);
+    std::vector<std::string> files{"measurements.json", "graph_mha_forward.dot", "graph_mha_backward.dot"};
+    std::ofstream(opt.out + "/graph_mha_forward.dot") << fwd.text;
+    std::ofstream(opt.out + "/graph_mha_backward.dot") << bwd.text;
+    std::cout << "graphs: MHA forward " << fwd.ops << " ops, its create_graph backward " << bwd.ops << " ops\n";
+
+    const nlohmann::json checks = {{"hvp_vs_finite_differences", rel_fd}, {"vhp_vs_hvp", rel_vhp}, {"jvp_vs_grad_dot_v", rel_jvp},
+                                   {"mha_forward_ops", fwd.ops}, {"mha_backward_ops", bwd.ops}};
+    examples::write_metrics(
+        opt.out + "/metrics.json",
+        {{"example", "gradexp"},
+         {"config", {{"seed", opt.seed}, {"optimizer", "sgd"}, {"lr", lr}, {"max_steps", opt.steps},
+                     {"train_size", train_size}, {"length", task.max_len}, {"layers", layers}, {"embed_dim", dim},
+                     {"heads", heads}, {"parameters", model.parameter_count()}, {"eigenvalues", settings.eigenvalues},
+                     {"lanczos_iterations", settings.lanczos_iterations},
+                     {"hutchinson_samples", settings.hutchinson_samples}, {"threads", num_threads()}}},
+         {"evaluations", result.history},
+         {"measurements", ms},
+         {"final_heldout_exact_match", result.accuracy},
+         {"heldout_size", heldout_size},
+         {"steps", result.steps},
+         {"checks", checks},
+         {"wall_time_seconds_total", result.total_seconds},
+         {"wall_time_seconds_this_run", result.seconds}});
+
+    examples::Plots plots(!opt.no_plots);
+    bool svg_ok = true;
+    if (!opt.no_plots) {
+      for (const char* which : {"forward", "backward"}) {
+        const std::string base = opt.out + "/graph_mha_" + which;
+        const std::string problem = render_svg(base + ".dot", base + ".svg");
+        if (!problem.empty()) {
+          std::cerr << "warning: no " << base << ".svg: " << problem << "\n";
+          svg_ok = false;
+          break;
+        }
+        files.push_back(std::string("graph_mha_") + which + ".svg");
+      }
+      plots.draw(opt.out + "/loss.png", examples::curves_script(opt.out + "/loss.png", result.curve, result.accuracies));
+      if (!ms.empty()) {
+        std::vector<std::pair<double, double>> two_over_lr;
+        const long warmup = std::min<long>(100, opt.steps / 10);
+        for (long s = 0; s < result.steps; ++s)
+          two_over_lr.emplace_back(double(s + 1), 2 / warmup_cosine_lr(s, lr, warmup, opt.steps, lr * 0.05));
+        plots.draw(opt.out + "/sharpness.png",
+                   sharpness_script(opt.out + "/sharpness.png", ms, two_over_lr, settings.eigenvalues));
+        plots.draw(opt.out + "/grad_norms.png", grad_norms_script(opt.out + "/grad_norms.png", ms));
+        plots.draw(opt.out + "/trace_noise.png", trace_noise_script(opt.out + "/trace_noise.png", ms));
+      }
+    }
+    files.insert(files.end(), plots.written().begin(), plots.written().end());
+    std::cout << examples::outputs_line(opt.out, files, result) << "\n";
     std::cout << "ran on: " << runtime_summary() << "\n";
-    return rel < 1e-4 && plots.ok() ? 0 : 1;
+    const bool checks_ok = rel_fd < 1e-4 && rel_vhp < 1e-8 && rel_jvp < 1e-8;
+    if (!checks_ok) std::cerr << "gradexp: a toolkit check failed (see 'checks' in metrics.json)\n";
+    return checks_ok && plots.ok() && svg_ok ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "gradexp: error: " << e.what() << "\n";
     return 2;

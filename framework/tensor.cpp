@@ -306,6 +306,47 @@ Tensor arange(std::size_t n, DType dtype) {
   return generate("arange", {n}, dtype, [&i] { return i++; });
 }
 
+Tensor arange(double start, double end, double step, DType dtype) {
+  const char* op = "arange";
+  if (!std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step))
+    throw_error<ValueError>(op, "start ", start, ", end ", end, " and step ", step, " must be finite");
+  if (step == 0) throw_error<ValueError>(op, "step must not be 0");
+  if ((end > start && step < 0) || (end < start && step > 0))
+    throw_error<ValueError>(op, "step ", step, " points away from end: start ", start, ", end ", end);
+  if (dtype == DType::Bool) throw_error<DTypeError>(op, "dtype must be float32, float64 or int64, got bool");
+  constexpr double kExact = 9007199254740992.0;  // 2^53
+  if (dtype == DType::Int64)
+    for (double v : {start, end, step})
+      if (v != std::floor(v) || std::abs(v) > kExact)
+        throw_error<ValueError>(op, "an int64 arange needs whole numbers of magnitude <= 2^53, got start ", start,
+                                ", end ", end, ", step ", step);
+  if (dtype == DType::Int64) {  // exactly: |start|, |end| <= 2^53, so nothing below overflows
+    const auto s0 = std::int64_t(start), st = std::int64_t(step), d = std::int64_t(end) - s0;
+    const Shape shape{std::size_t((d + st - (st > 0 ? 1 : -1)) / st)};  // ceil(d / st), d / st >= 0
+    check_tensor_size(op, shape, dtype);
+    auto a = empty_array<std::int64_t>(shape, op);
+    for (std::size_t i = 0; i < shape[0]; ++i) a.data()[i] = s0 + std::int64_t(i) * st;  // |i st| < |d|
+    return make_tensor(std::move(a));
+  }
+  const double count = std::ceil((end - start) / step);  // >= 0 by the sign check
+  if (!(count < 1e18))
+    throw_error<ValueError>(op, "start ", start, ", end ", end, ", step ", step, " give ", count,
+                            " elements, more than 2^40");
+  const Shape shape{std::size_t(count)};
+  check_tensor_size(op, shape, dtype);
+  double i = 0;
+  return generate(op, shape, dtype, [&] { return start + (i++) * step; });
+}
+
+Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Rng& rng) {
+  if (low >= high)
+    throw_error<ValueError>("randint", "need low < high, got low = ", low, ", high = ", high);
+  check_tensor_size("randint", shape, DType::Int64);
+  auto a = empty_array<std::int64_t>(shape, "randint");
+  for (auto& v : a) v = rng.uniform_int(low, high - 1);
+  return make_tensor(std::move(a));
+}
+
 // --- checks ------------------------------------------------------------------------------
 
 void check_float(const char* op, const char* arg, const Tensor& t) {

@@ -224,7 +224,19 @@ Tensor uniform(const Shape& shape, double low, double high, Rng& rng,
                DType dtype = DType::Float32);
 Tensor bool_tensor(const std::vector<bool>& values, const Shape& shape);
 Tensor index_tensor(const std::vector<std::int64_t>& values, const Shape& shape);
-Tensor arange(std::size_t n, DType dtype = DType::Float32);
+Tensor arange(std::size_t n, DType dtype = DType::Float32);  // 0, 1, ..., n - 1
+// start, start + step, ... below end (above end for step < 0), as torch.arange / numpy.arange:
+// ceil((end - start) / step) elements, element i = start + i * step computed in float64 and
+// rounded to dtype (Float32, Float64 or Int64; DTypeError for Bool). ValueError if step is 0,
+// a value is not finite, or step points away from end (as PyTorch: arange(5, 0) is an error,
+// arange(3, 3) is empty); for Int64, start, end and step must be whole numbers of magnitude
+// at most 2^53 (PyTorch truncates), and the values are computed exactly in int64. The size is
+// checked before anything is allocated (check_tensor_size).
+Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::Float32);
+// Int64 values uniform in [low, high) of the given shape, one Rng::uniform_int(low, high - 1)
+// per element in row-major order (so the same on every machine and standard library).
+// ValueError unless low < high.
+Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Rng& rng);
 
 // Throws DTypeError naming op and arg unless t is defined and of a float dtype.
 void check_float(const char* op, const char* arg, const Tensor& t);

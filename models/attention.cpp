@@ -8,6 +8,7 @@
 // input (T, B, E) runs transposed to (B, T, E) and the output is transposed back.
 #include <cmath>
 
+#include "xgrad/framework/autograd.hpp"
 #include "xgrad/models/attention.hpp"
 #include "xgrad/ops/ops.hpp"
 
@@ -23,8 +24,8 @@ std::string shapes_of(const Tensor& q, const Tensor& k, const Tensor& v) {
          shape_str(v.shape());
 }
 
-// m (..., S) bool -> (..., S + n) with n not-masked (false) columns appended.
-Tensor pad_bool_keys(const Tensor& m, std::size_t n) {
+// m (..., S) bool -> (..., S + n) with n columns of `fill` appended (false = not masked).
+Tensor pad_bool_keys(const Tensor& m, std::size_t n, bool fill = false) {
   const Shape& s = m.shape();
   const std::size_t S = s.back(), rows = S ? m.numel() / S : 0;
   const std::vector<double> v = m.to_vector();
@@ -32,7 +33,7 @@ Tensor pad_bool_keys(const Tensor& m, std::size_t n) {
   out.reserve(rows * (S + n));
   for (std::size_t r = 0; r < rows; ++r) {
     for (std::size_t j = 0; j < S; ++j) out.push_back(v[r * S + j] != 0);
-    out.insert(out.end(), n, false);
+    out.insert(out.end(), n, fill);
   }
   Shape padded = s;
   padded.back() += n;
@@ -57,7 +58,145 @@ AttentionMasks pad_keys(AttentionMasks m, std::size_t n, std::size_t T, std::siz
   return m;
 }
 
+// The caller's layout -> batch-first (B, L, F): unbatched (L, F) as B = 1, sequence-first
+// (L, B, F) transposed (one copy); and back for an output (B, T, E).
+Tensor to_batch_first(const Tensor& t, bool unbatched, bool batch_first) {
+  return unbatched ? reshape(t, {1, t.shape()[0], t.shape()[1]}) : batch_first ? t : transpose(t, 0, 1);
+}
+Tensor from_batch_first(const Tensor& out, bool unbatched, bool batch_first) {
+  return unbatched ? reshape(out, {out.shape()[1], out.shape()[2]}) : batch_first ? out : transpose(out, 0, 1);
+}
+
+// add_bias_kv: k = [k; bias_k], v = [v; bias_v]; add_zero_attn: then a zero key and value.
+void append_extra_keys(Tensor& k, Tensor& v, const Tensor& bias_k, const Tensor& bias_v, bool zero_attn) {
+  const std::size_t B = k.shape()[0], E = k.shape()[2];
+  const DType dt = k.dtype();
+  if (bias_k.defined()) {  // (1, 1, E) broadcast to (B, 1, E), appended along the keys
+    const Tensor z = zeros({B, 1, E}, dt);
+    k = concat({k, add(z, bias_k)}, 1);
+    v = concat({v, add(z, bias_v)}, 1);
+  }
+  if (zero_attn) {
+    const Tensor z = zeros({B, 1, E}, dt);
+    k = concat({k, z}, 1);
+    v = concat({v, z}, 1);
+  }
+}
+
+// One input of the incremental entry points in the module's layout: float of the parameters'
+// dtype dt, (B, L, F) / (L, B, F) / unbatched (L, F). Returns {B, L} (B = 1 unbatched).
+std::pair<std::size_t, std::size_t> check_sequence(const char* op, const char* arg, const Tensor& t, bool unbatched,
+                                                   bool batch_first, std::size_t F, DType dt) {
+  check_float(op, arg, t);
+  const char* layout = unbatched ? "(L, " : batch_first ? "(B, L, " : "(L, B, ";
+  if (t.dim() != (unbatched ? 2u : 3u) || t.shape().back() != F)
+    throw_error<ShapeError>(op, "argument '", arg, "' ", t.shape(), " must be ", layout, F, ")",
+                            unbatched ? " (unbatched)" : batch_first ? "" : " (batch_first(false))");
+  if (t.dtype() != dt)
+    throw_error<DTypeError>(op, "argument '", arg, "' ", t.shape(), " is ", dtype_name(t.dtype()),
+                            " but the parameters are ", dtype_name(dt), " (convert the input, or the module with to())");
+  if (unbatched) return {1, t.shape()[0]};
+  return batch_first ? std::pair{t.shape()[0], t.shape()[1]} : std::pair{t.shape()[1], t.shape()[0]};
+}
+
+// Copies `count` rows of `row_bytes` bytes each.
+void copy_rows(const Tensor& src, std::size_t src_row, const Tensor& dst, std::size_t dst_row, std::size_t count,
+               std::size_t row_bytes) {
+  if (count == 0 || row_bytes == 0) return;
+  const auto* from = static_cast<const unsigned char*>(src.raw_data()) + src_row * row_bytes;
+  auto* to = static_cast<unsigned char*>(dst.mutable_raw_data()) + dst_row * row_bytes;
+  std::copy_n(from, count * row_bytes, to);
+}
+
 }  // namespace
+
+Tensor select_rows(const char* op, const Tensor& x, const std::vector<std::size_t>& rows) {
+  if (!x.defined()) throw_error<ValueError>(op, "argument 'x' is an undefined tensor");
+  if (x.dim() == 0) throw_error<ShapeError>(op, "argument 'x' is a scalar; rows are selected along axis 0");
+  const std::size_t n = x.shape()[0];
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    if (rows[i] >= n)
+      throw_error<IndexError>(op, "row ", rows[i], " (entry ", i, " of 'rows') is out of range for ", n,
+                              " rows of argument 'x' ", x.shape());
+  Shape s = x.shape();
+  s[0] = rows.size();
+  Tensor out = zeros(s, x.dtype());
+  const std::size_t row_bytes = n ? x.nbytes() / n : 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) copy_rows(x, rows[i], out, i, 1, row_bytes);
+  return out;
+}
+
+// --- KVCache ---------------------------------------------------------------------------------
+
+KVCache::KVCache(Count max_len) : max_len_(check_count("KVCache", "max_len", max_len)) {}
+
+Tensor KVCache::keys() const { return k_.defined() ? narrow(k_, 1, 0, length_) : Tensor(); }
+Tensor KVCache::values() const { return v_.defined() ? narrow(v_, 1, 0, length_) : Tensor(); }
+
+void KVCache::clear() {
+  length_ = 0;
+  k_ = Tensor();
+  v_ = Tensor();
+}
+
+// New (B, n, E) zero buffers holding the cached positions.
+void KVCache::reserve(std::size_t n, std::size_t B, std::size_t E, DType dtype) {
+  const char* op = "KVCache::reserve";
+  if (n > max_len_)
+    throw_error<ValueError>(op, "cannot hold ", n, " positions: the cache's max_len is ", max_len_);
+  if (!is_float(dtype)) throw_error<DTypeError>(op, "the dtype must be float32 or float64, got ", dtype_name(dtype));
+  if (k_.defined() && (B != batch() || E != k_.shape()[2] || dtype != k_.dtype()))
+    throw_error<ShapeError>(op, "the cache holds (B, E) = (", batch(), ", ", k_.shape()[2], ") ", dtype_name(k_.dtype()),
+                            ", not (", B, ", ", E, ") ", dtype_name(dtype), " (clear() it first)");
+  if (n <= allocated()) return;
+  check_tensor_size(op, {B, n, E}, dtype);
+  Tensor k = zeros({B, n, E}, dtype), v = zeros({B, n, E}, dtype);
+  const std::size_t row = E * itemsize(dtype), old = allocated();
+  for (std::size_t b = 0; b < B && length_ > 0; ++b) {
+    copy_rows(k_, b * old, k, b * n, length_, row);
+    copy_rows(v_, b * old, v, b * n, length_, row);
+  }
+  k_ = k;
+  v_ = v;
+}
+
+void KVCache::append(const Tensor& k, const Tensor& v) {
+  const char* op = "KVCache::append";
+  check_float(op, "k", k);
+  check_same_float(op, "k", k, "v", v);
+  check_rank(op, "k", k, 3, "(B, t, E)");
+  check_same_shape(op, "k", k, "v", v);
+  const std::size_t B = k.shape()[0], t = k.shape()[1], E = k.shape()[2];
+  if (k_.defined()) {
+    if (B != batch() || E != k_.shape()[2])
+      throw_error<ShapeError>(op, "argument 'k' ", k.shape(), " does not fit the cache's (B, E) = (", batch(), ", ",
+                              k_.shape()[2], ")");
+    if (k.dtype() != k_.dtype())
+      throw_error<DTypeError>(op, "argument 'k' is ", dtype_name(k.dtype()), " but the cache holds ",
+                              dtype_name(k_.dtype()));
+  }
+  if (t > max_len_ - length_)
+    throw_error<ValueError>(op, "the cache holds ", length_, " positions; ", t, " more would exceed its max_len ",
+                            max_len_);
+  if (length_ + t > allocated())
+    reserve(std::min(max_len_, std::max({length_ + t, 2 * allocated(), std::size_t(16)})), B, E, k.dtype());
+  const std::size_t row = E * itemsize(k.dtype()), A = allocated();
+  for (std::size_t b = 0; b < B; ++b) {
+    copy_rows(k, b * t, k_, b * A + length_, t, row);
+    copy_rows(v, b * t, v_, b * A + length_, t, row);
+  }
+  length_ += t;
+}
+
+void KVCache::select_rows(const std::vector<std::size_t>& rows) {
+  if (!k_.defined()) {
+    if (!rows.empty())
+      throw_error<IndexError>("KVCache::select_rows", "the cache is empty (no rows to select)");
+    return;
+  }
+  k_ = xgrad::select_rows("KVCache::select_rows", k_, rows);
+  v_ = xgrad::select_rows("KVCache::select_rows", v_, rows);
+}
 
 // Every parameter's size, checked before out_proj (a member) allocates anything, so an
 // absurd embed_dim / kdim / vdim fails naming MultiHeadAttention and the parameter.
@@ -156,15 +295,9 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& query, const Tensor& k
   // Everything below runs batch-first (B, L, features): unbatched inputs as B = 1,
   // sequence-first inputs transposed (one copy each; self-attention transposes once).
   const bool self = query.impl() == key.impl() && key.impl() == value.impl();
-  auto to_bf = [&](const Tensor& t, std::size_t L, std::size_t F) {
-    return unbatched ? reshape(t, {1, L, F}) : bf ? t : transpose(t, 0, 1);
-  };
-  const Tensor q_in = to_bf(query, T, E);
-  const Tensor k_in = self ? q_in : to_bf(key, S, kdim);
-  const Tensor v_in = self ? q_in : to_bf(value, S, vdim);
-  auto finish = [&](const Tensor& out) {  // out (B, T, E)
-    return unbatched ? reshape(out, {T, E}) : bf ? out : transpose(out, 0, 1);
-  };
+  const Tensor q_in = to_batch_first(query, unbatched, bf);
+  const Tensor k_in = self ? q_in : to_batch_first(key, unbatched, bf);
+  const Tensor v_in = self ? q_in : to_batch_first(value, unbatched, bf);
   const std::size_t extra_keys = std::size_t(bias_k.defined()) + std::size_t(options.add_zero_attn());
 
   // The fused op needs neither the weights nor dropout on them; otherwise the composed
@@ -172,42 +305,128 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& query, const Tensor& k
   const bool fused = !opt.need_weights && !(attn_drop.training() && attn_drop.p > 0);
   if (fused && self && in_proj_weight.defined() && extra_keys == 0) {  // one (B*T, E) x (E, 3E) GEMM
     Tensor qkv = linear(q_in, in_proj_weight, in_proj_bias);
-    return {finish(out_proj.forward(attention_packed(qkv, H, masks))), Tensor()};
+    return {from_batch_first(out_proj.forward(attention_packed(qkv, H, masks)), unbatched, bf), Tensor()};
   }
   // Separate projections on row blocks of the packed weight (slicing the small weight is
   // cheaper than slicing the (B, L, 3E) activations and their gradients).
-  Tensor q, k, v;
-  auto bias_part = [&](std::size_t i) {
-    return in_proj_bias.defined() ? narrow(in_proj_bias, 0, i * E, E) : Tensor();
-  };
-  if (in_proj_weight.defined()) {
-    q = linear(q_in, narrow(in_proj_weight, 0, 0, E), bias_part(0));
-    k = linear(k_in, narrow(in_proj_weight, 0, E, E), bias_part(1));
-    v = linear(v_in, narrow(in_proj_weight, 0, 2 * E, E), bias_part(2));
-  } else {
-    q = linear(q_in, q_proj_weight, bias_part(0));
-    k = linear(k_in, k_proj_weight, bias_part(1));
-    v = linear(v_in, v_proj_weight, bias_part(2));
-  }
-  if (bias_k.defined()) {  // (1, 1, E) broadcast to (B, 1, E), appended along the keys
-    const Tensor z = zeros({B, 1, E}, dt);
-    k = concat({k, add(z, bias_k)}, 1);
-    v = concat({v, add(z, bias_v)}, 1);
-  }
-  if (options.add_zero_attn()) {
-    const Tensor z = zeros({B, 1, E}, dt);
-    k = concat({k, z}, 1);
-    v = concat({v, z}, 1);
-  }
+  Tensor q = project(0, q_in), k = project(1, k_in), v = project(2, v_in);
+  append_extra_keys(k, v, bias_k, bias_v, options.add_zero_attn());
   if (extra_keys) masks = pad_keys(masks, extra_keys, T, S);
-  if (fused) return {finish(out_proj.forward(attention(q, k, v, H, masks))), Tensor()};
-  AttentionResult r = attention_reference(q, k, v, H, masks, 0, [&](const Tensor& p) { return attn_drop.forward(p); });
-  AttentionOutput result{finish(out_proj.forward(r.out)), Tensor()};
+  return attend(q, k, v, masks, opt, unbatched, S + extra_keys);
+}
+
+Tensor MultiHeadAttention::project(std::size_t which, const Tensor& x) const {
+  const std::size_t E = embed_dim;
+  const Tensor b = in_proj_bias.defined() ? narrow(in_proj_bias, 0, which * E, E) : Tensor();
+  if (in_proj_weight.defined()) return linear(x, narrow(in_proj_weight, 0, which * E, E), b);
+  return linear(x, which == 0 ? q_proj_weight : which == 1 ? k_proj_weight : v_proj_weight, b);
+}
+
+// q (B, T, E), k / v (B, S', E) projected; the weights (when asked for) cut to their first
+// weight_keys keys (forward_cached: the positions, not the unused storage).
+AttentionOutput MultiHeadAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const AttentionMasks& masks, const AttentionOptions& opt, bool unbatched,
+                                           std::size_t weight_keys) {
+  const bool bf = options.batch_first();
+  const bool fused = !opt.need_weights && !(attn_drop.training() && attn_drop.p > 0);
+  if (fused) return {from_batch_first(out_proj.forward(attention(q, k, v, num_heads, masks)), unbatched, bf), Tensor()};
+  AttentionResult r = attention_reference(q, k, v, num_heads, masks, 0, [&](const Tensor& p) { return attn_drop.forward(p); });
+  AttentionOutput result{from_batch_first(out_proj.forward(r.out), unbatched, bf), Tensor()};
   if (opt.need_weights) {
-    Tensor w = opt.average_attn_weights ? mean(r.weights, {1}) : r.weights;  // (B, T, S') or (B, H, T, S')
+    Tensor w = weight_keys < r.weights.shape()[3] ? narrow(r.weights, 3, 0, weight_keys) : r.weights;
+    w = opt.average_attn_weights ? mean(w, {1}) : w;  // (B, T, S') or (B, H, T, S')
     result.weights = unbatched ? squeeze(w, 0) : w;
   }
   return result;
+}
+
+ProjectedKeyValues MultiHeadAttention::project_key_value(const Tensor& key, const Tensor& value) const {
+  const char* op = "MultiHeadAttention::project_key_value";
+  check_float(op, "key", key);
+  check_float(op, "value", value);
+  const bool unbatched = key.dim() == 2 && value.dim() == 2, bf = options.batch_first();
+  const DType dt = out_proj.weight.dtype();
+  const auto [B, S] = check_sequence(op, "key", key, unbatched, bf, kdim, dt);
+  const auto bs_value = check_sequence(op, "value", value, unbatched, bf, vdim, dt);
+  if (bs_value.first != B || bs_value.second != S)
+    throw_error<ShapeError>(op, "arguments 'key' ", key.shape(), " and 'value' ", value.shape(),
+                            " must have the same batch and sequence sizes");
+  ProjectedKeyValues kv;
+  kv.k = project(1, to_batch_first(key, unbatched, bf));
+  kv.v = project(2, to_batch_first(value, unbatched, bf));
+  append_extra_keys(kv.k, kv.v, bias_k, bias_v, options.add_zero_attn());
+  kv.extra_keys = std::size_t(bias_k.defined()) + std::size_t(options.add_zero_attn());
+  kv.unbatched = unbatched;
+  return kv;
+}
+
+AttentionOutput MultiHeadAttention::forward_projected(const Tensor& query, const ProjectedKeyValues& kv,
+                                                      const AttentionOptions& opt) {
+  const char* op = "MultiHeadAttention::forward_projected";
+  if (!kv.k.defined() || !kv.v.defined())
+    throw_error<ValueError>(op, "argument 'kv' holds no keys (make it with project_key_value)");
+  const std::size_t E = embed_dim, H = num_heads, extra = std::size_t(bias_k.defined()) + std::size_t(options.add_zero_attn());
+  const DType dt = out_proj.weight.dtype();
+  const auto [B, T] = check_sequence(op, "query", query, kv.unbatched, options.batch_first(), E, dt);
+  if (kv.k.dim() != 3 || kv.k.shape()[0] != B || kv.k.shape()[2] != E || kv.k.shape()[1] < extra ||
+      kv.extra_keys != extra || kv.v.shape() != kv.k.shape() || kv.k.dtype() != dt || kv.v.dtype() != dt)
+    throw_error<ShapeError>(op, "argument 'kv' (k ", kv.k.shape(), ", v ", kv.v.shape(), ", ", kv.extra_keys,
+                            " extra keys) is not the projection of a batch of ", B, " for this module (k and v (", B,
+                            ", S + ", extra, ", ", E, ") ", dtype_name(dt), ", from project_key_value)");
+  const std::size_t S = kv.keys();
+  AttentionMasks masks = attention_masks(op, opt.attn_mask, opt.key_padding_mask, opt.is_causal, {B, H, T, S}, dt,
+                                         kv.unbatched);
+  const Tensor q = project(0, to_batch_first(query, kv.unbatched, options.batch_first()));
+  if (extra) masks = pad_keys(masks, extra, T, S);
+  return attend(q, kv.k, kv.v, masks, opt, kv.unbatched, S + extra);
+}
+
+AttentionOutput MultiHeadAttention::forward_cached(const Tensor& x, KVCache& cache, const AttentionOptions& opt) {
+  const char* op = "MultiHeadAttention::forward_cached";
+  if (bias_k.defined() || options.add_zero_attn())
+    throw_error<ValueError>(op, "add_bias_kv and add_zero_attn are not supported with a KV cache (their extra keys "
+                            "belong to no position)");
+  if (opt.attn_mask.defined())
+    throw_error<ValueError>(op, "attn_mask ", opt.attn_mask.shape(),
+                            " is not supported with a KV cache; use is_causal and key_padding_mask");
+  check_float(op, "x", x);
+  const bool unbatched = x.dim() == 2, bf = options.batch_first();
+  const DType dt = out_proj.weight.dtype();
+  const auto [B, t] = check_sequence(op, "x", x, unbatched, bf, embed_dim, dt);
+  if (t == 0) throw_error<ShapeError>(op, "argument 'x' ", x.shape(), " holds no position");
+  const std::size_t L = cache.length(), S = L + t;
+  if (t > cache.max_len() - L)
+    throw_error<ValueError>(op, "the cache holds ", L, " positions and x adds ", t, ": ", S,
+                            " would exceed the cache's max_len ", cache.max_len());
+  if (cache.batch() != 0 && cache.batch() != B)
+    throw_error<ShapeError>(op, "argument 'x' ", x.shape(), " has a batch of ", B, " but the cache holds ",
+                            cache.batch(), " rows");
+  if (cache.key_storage().defined() &&
+      (cache.key_storage().dtype() != dt || cache.key_storage().shape()[2] != embed_dim))
+    throw_error<DTypeError>(op, "the cache holds ", dtype_name(cache.key_storage().dtype()), " keys of width ",
+                            cache.key_storage().shape()[2], ", not this module's ", dtype_name(dt), " width ",
+                            embed_dim);
+  const AttentionMasks given =
+      attention_masks(op, Tensor(), opt.key_padding_mask, false, {B, num_heads, t, S}, dt, unbatched);
+  if (given.float_mask.defined())
+    throw_error<DTypeError>(op, "a float key_padding_mask is not supported with a KV cache; use a bool one (true = "
+                            "padding)");
+
+  NoGradGuard no_grad;
+  const Tensor x_in = to_batch_first(x, unbatched, bf);
+  const Tensor q = project(0, x_in);
+  cache.append(project(1, x_in), project(2, x_in));
+  const std::size_t A = cache.allocated();
+  AttentionMasks masks;
+  if (opt.is_causal || S < A) {  // query i (position L + i) sees positions j <= L + i (causal), j < S (stored)
+    std::vector<bool> m(t * A);
+    for (std::size_t i = 0; i < t; ++i)
+      for (std::size_t j = 0; j < A; ++j) m[i * A + j] = j >= S || (opt.is_causal && j > L + i);
+    masks.mask = bool_tensor(m, {t, A});
+  }
+  if (given.key_padding_mask.defined())
+    masks.key_padding_mask = S < A ? pad_bool_keys(given.key_padding_mask, A - S, true) : given.key_padding_mask;
+  return attend(q, cache.key_storage(), cache.value_storage(), masks, opt, unbatched, S);
 }
 
 }  // namespace xgrad

@@ -43,6 +43,8 @@
 
 namespace xgrad {
 
+struct AttentionMasks;  // ops/attention.hpp
+
 struct AttentionOptions {
   Tensor attn_mask;
   Tensor key_padding_mask;
@@ -98,6 +100,66 @@ class MultiHeadAttentionOptions {
   std::size_t kdim_ = 0, vdim_ = 0;
 };
 
+// Keys and values already projected by MultiHeadAttention::project_key_value, batch-first,
+// for attending to one memory many times (the encoder output in an encoder-decoder's
+// cross-attention: projected once per source sequence, reused at every decoding step).
+struct ProjectedKeyValues {
+  Tensor k;                    // (B, S', E): key W_k^T + b_k, then bias_k / a zero key appended
+  Tensor v;                    // (B, S', E)
+  std::size_t extra_keys = 0;  // keys appended by add_bias_kv / add_zero_attn: S' = S + extra_keys
+  bool unbatched = false;      // projected from unbatched (S, kdim) input (B = 1)
+  std::size_t batch() const { return k.defined() ? k.shape()[0] : 0; }
+  std::size_t keys() const { return k.defined() ? k.shape()[1] - extra_keys : 0; }  // S
+};
+
+// One self-attention layer's keys and values of the positions decoded so far, for
+// incremental (autoregressive) decoding: MultiHeadAttention::forward_cached appends the new
+// positions' projected keys and values in place and attends over all of them, so a new
+// token costs one position's projections instead of the whole prefix's.
+//
+// Storage: (B, allocated, E) key and value buffers, zero beyond length(). The buffers grow
+// geometrically (x2, at least 16 positions, capped at max_len()), so appending t positions costs
+// O(t E) amortised and nothing is re-concatenated; reserve(n) allocates n positions up front.
+// Attention reads the buffers in place (positions >= length() are masked), so a step costs
+// O(allocated E) <= 2 O(length E) for the scores. Every row of the batch has the same length.
+// Values are copies: a cache records no graph (forward_cached runs without autograd).
+class KVCache {
+ public:
+  explicit KVCache(Count max_len);  // the most positions the cache may hold (>= 1)
+  std::size_t length() const { return length_; }
+  std::size_t max_len() const { return max_len_; }
+  std::size_t allocated() const { return k_.defined() ? k_.shape()[1] : 0; }
+  std::size_t batch() const { return k_.defined() ? k_.shape()[0] : 0; }  // 0 before the first append
+  bool empty() const { return length_ == 0; }
+  // The cached keys / values (B, length, E): copies, for inspection.
+  Tensor keys() const;
+  Tensor values() const;
+  // The buffers themselves (B, allocated, E), undefined before the first append.
+  const Tensor& key_storage() const { return k_; }
+  const Tensor& value_storage() const { return v_; }
+  // k, v (B, t, E) of one float dtype written at positions [length, length + t). The first
+  // append fixes B, E and the dtype (until clear()). ValueError when length + t > max_len (naming
+  // the limit), ShapeError / DTypeError for a batch, width or dtype other than the cache's.
+  void append(const Tensor& k, const Tensor& v);
+  // Allocates room for n positions (n <= max_len, ValueError otherwise) for batch B, width E,
+  // dtype; keeps the cached positions. Later appends up to n positions allocate nothing.
+  void reserve(std::size_t n, std::size_t B, std::size_t E, DType dtype);
+  // Forgets every position (length 0, storage released).
+  void clear();
+  // Beam search: row i of the new cache is row rows[i] of this one (rows may repeat or drop
+  // rows; the batch becomes rows.size()). IndexError for a row >= batch().
+  void select_rows(const std::vector<std::size_t>& rows);
+
+ private:
+  void grow(std::size_t needed);
+  std::size_t max_len_, length_ = 0;
+  Tensor k_, v_;
+};
+
+// Rows rows[0], rows[1], ... of x along axis 0, any dtype (a copy; records no graph):
+// the batch reorder of beam search. IndexError naming op for a row >= x.shape()[0].
+Tensor select_rows(const char* op, const Tensor& x, const std::vector<std::size_t>& rows);
+
 class MultiHeadAttention : public Module {
  public:
   // Initialised as PyTorch: xavier_uniform in-projection, zero biases, out_proj.weight as
@@ -110,6 +172,35 @@ class MultiHeadAttention : public Module {
   AttentionOutput forward(const Tensor& x, const AttentionOptions& options = {}) {
     return forward(x, x, x, options);
   }
+  AttentionOutput operator()(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o = {}) { return forward(q, k, v, o); }
+  AttentionOutput operator()(const Tensor& x, const AttentionOptions& o = {}) { return forward(x, o); }
+
+  // --- incremental decoding ----------------------------------------------------------------
+  // The projected keys and values of (key, value) in this module's layout (batch_first or
+  // not, or unbatched (S, kdim)), for forward_projected: computed once, attended many times.
+  // Differentiable (the projections are ordinary ops). Errors as forward's for key and value.
+  ProjectedKeyValues project_key_value(const Tensor& key, const Tensor& value) const;
+  // forward(query, key, value, options) with kv = project_key_value(key, value), without
+  // projecting key and value again: the same output (to float rounding). The masks are those
+  // of forward for S = kv.keys() keys; query's layout must be kv's (batched with the same B,
+  // or unbatched for unbatched kv). Differentiable in query, kv and the parameters.
+  AttentionOutput forward_projected(const Tensor& query, const ProjectedKeyValues& kv,
+                                    const AttentionOptions& options = {});
+  // Self-attention of x (B, t, E) in this module's layout (or unbatched (t, E)) over the
+  // cache's length() earlier positions and x's own t positions: x's keys and values are
+  // appended to the cache, then every new query attends to the positions allowed by
+  //   options.is_causal       query i (position length + i) sees positions <= length + i
+  //                           (causal_mask(t, length + t, CausalAlign::BottomRight)), else all;
+  //   options.key_padding_mask bool (B, length + t) (unbatched (length + t)): true = padding,
+  //                           over every cached and new position.
+  // With is_causal, feeding a sequence in pieces gives forward(sequence, {is_causal = true})
+  // piece by piece, to float rounding. attn_mask and float key padding masks are refused
+  // (ValueError), as are add_bias_kv and add_zero_attn (their extra keys belong to no
+  // position). Runs without autograd (NoGradGuard): the output does not require grad.
+  // need_weights: (B, t, length + t) / (B, H, t, length + t) weights over the positions.
+  // Errors: ValueError when length + t would exceed the cache's max_len (nothing appended),
+  // ShapeError / DTypeError for x or a mask, or a batch other than the cache's.
+  AttentionOutput forward_cached(const Tensor& x, KVCache& cache, const AttentionOptions& options = {});
 
   MultiHeadAttentionOptions options;
   std::size_t embed_dim, num_heads, head_dim, kdim, vdim;
@@ -119,6 +210,11 @@ class MultiHeadAttention : public Module {
   Tensor bias_k, bias_v;                               // (1, 1, E) or undefined
   Linear out_proj;
   Dropout attn_drop;
+
+ private:
+  Tensor project(std::size_t which, const Tensor& x) const;  // 0: q, 1: k, 2: v; x batch-first
+  AttentionOutput attend(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMasks& masks,
+                         const AttentionOptions& options, bool unbatched, std::size_t weight_keys);
 };
 
 }  // namespace xgrad

@@ -100,7 +100,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Rng& rng) {
 }
 
 Dropout::Dropout(double p_, std::uint64_t seed) : p(check_dropout("Dropout", "p", p_)), rng_(seed) {}
-Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, training(), rng_); }
+Tensor Dropout::forward(const Tensor& x) const { return dropout(x, p, training(), rng_); }
 
 FeedForward::FeedForward(const FeedForwardOptions& o, Rng& rng)
     : fc1(o.dim(), o.hidden(), o.bias(), rng),
@@ -111,7 +111,7 @@ FeedForward::FeedForward(const FeedForwardOptions& o, Rng& rng)
   register_module("fc2", &fc2);
   register_module("drop", &drop);
 }
-Tensor FeedForward::forward(const Tensor& x) {
+Tensor FeedForward::forward(const Tensor& x) const {
   const Tensor h = fc1.forward(x);
   return drop.forward(fc2.forward(gelu(h, gelu_approximate_tanh ? GeluApproximation::Tanh : GeluApproximation::None)));
 }

@@ -1,13 +1,16 @@
 // xgrad/models/layers.hpp — basic layers, each initialised as its PyTorch counterpart.
 //
 // Every layer is built from registered ops only, so it is differentiable twice with no
-// backward of its own. Constructors take an Rng for deterministic initialisation.
+// backward of its own. Constructors take an Rng for deterministic initialisation. Every
+// layer here is a UnaryModule (models/module.hpp): layer(x) is layer.forward(x), and a
+// Sequential (models/containers.hpp) chains them.
 #pragma once
 #include <climits>
 #include <type_traits>
 
 #include "xgrad/models/module.hpp"
-#include "xgrad/ops/norm.hpp"  // layer_norm, the functional form of LayerNorm
+#include "xgrad/ops/norm.hpp"   // layer_norm, the functional form of LayerNorm
+#include "xgrad/ops/unary.hpp"  // relu, gelu, tanh, sigmoid: the activation modules
 
 namespace xgrad {
 
@@ -51,13 +54,13 @@ template <class B>
 using EnableIfNotBool = std::enable_if_t<!std::is_same_v<std::decay_t<B>, bool>, int>;
 
 // y = x W^T + b. W (out, in) and b (out) ~ U(-1/sqrt(in), 1/sqrt(in)) (nn.Linear).
-class Linear : public Module {
+class Linear : public UnaryModule {
  public:
   // in_features, out_features >= 1 (ValueError).
   Linear(Count in_features, Count out_features, bool bias, Rng& rng);
   template <class B, EnableIfNotBool<B> = 0>
   Linear(Count, Count, B, Rng&) = delete;  // bias only from a bool
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x) const override;
   Tensor weight, bias;  // bias undefined when bias = false
 };
 
@@ -83,11 +86,11 @@ class EmbeddingOptions {
 // y = W[idx]. W (num, dim) ~ N(0, 1) (nn.Embedding); with padding_idx k, W[k] = 0 at
 // construction and the gradient of W[k] is always zero (its value is still looked up).
 // Out-of-range indices: IndexError. num_embeddings, dim >= 1 (ValueError).
-class Embedding : public Module {
+class Embedding : public UnaryModule {
  public:
   Embedding(Count num_embeddings, Count dim, Rng& rng);
   Embedding(const EmbeddingOptions& options, Rng& rng);
-  Tensor forward(const Tensor& indices) const;
+  Tensor forward(const Tensor& indices) const override;  // int64 (...) -> (..., dim)
   Tensor weight;
   bool has_padding_idx = false;
   std::size_t padding_idx = 0;
@@ -118,27 +121,29 @@ class LayerNormOptions {
 // weight = 1, bias = 0 (nn.LayerNorm); without bias: y = (x - mean) / sqrt(var + eps) * weight
 // and no "bias" parameter (torch 2.1's nn.LayerNorm(dim, bias=False)); without elementwise
 // affine: y = (x - mean) / sqrt(var + eps), no parameters.
-class LayerNorm : public Module {
+class LayerNorm : public UnaryModule {
  public:
   explicit LayerNorm(Count dim, double eps = 1e-5);
   explicit LayerNorm(const LayerNormOptions& options);
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x) const override;
   Tensor weight, bias;  // bias undefined when options.bias(false); both when !elementwise_affine
   double eps;
 };
 
 // In training mode zeroes each element with probability p and scales the rest by
 // 1 / (1 - p); identity in eval mode or when p = 0. Seeded, so runs repeat exactly (the
-// mask comes from Rng::bernoulli: the same with every standard library).
-class Dropout : public Module {
+// mask comes from Rng::bernoulli: the same with every standard library). forward is const
+// like every UnaryModule's; the mask generator is mutable (a forward in training mode
+// advances it), so one Dropout must not run forward in two threads at once.
+class Dropout : public UnaryModule {
  public:
   Dropout(double p, std::uint64_t seed);  // ValueError unless 0 <= p < 1
   template <class S, std::enable_if_t<!std::is_integral_v<S> || std::is_same_v<S, bool>, int> = 0>
   Dropout(double, S) = delete;  // a seed only from an integer: Dropout(0.1, true) does not compile
-  Tensor forward(const Tensor& x);
+  Tensor forward(const Tensor& x) const override;
   double p;
  private:
-  Rng rng_;
+  mutable Rng rng_;
 };
 
 // FeedForward's settings by name: FeedForwardOptions(dim, hidden).dropout(0.1).bias(false).
@@ -165,32 +170,53 @@ class FeedForwardOptions {
 
 // Linear(dim, hidden) -> GELU -> Linear(hidden, dim) -> Dropout. GELU exact: x Phi(x);
 // tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-class FeedForward : public Module {
+class FeedForward : public UnaryModule {
  public:
   FeedForward(const FeedForwardOptions& options, Rng& rng);
-  Tensor forward(const Tensor& x);
+  Tensor forward(const Tensor& x) const override;
   Linear fc1, fc2;
   Dropout drop;
   bool gelu_approximate_tanh;
 };
 
 // Adds a learned position embedding (max_len, dim) ~ N(0, 1) to x (B, T, dim).
-class LearnedPositionalEncoding : public Module {
+class LearnedPositionalEncoding : public UnaryModule {
  public:
   LearnedPositionalEncoding(Count max_len, Count dim, Rng& rng);  // both >= 1
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x) const override;
   Tensor weight;
 };
 
 // Adds the fixed sinusoidal table of "Attention is all you need" to x (B, T, dim):
 // pe[t, 2i] = sin(t / 10000^(2i/dim)), pe[t, 2i+1] = cos(t / 10000^(2i/dim)). No parameters.
-class SinusoidalPositionalEncoding : public Module {
+class SinusoidalPositionalEncoding : public UnaryModule {
  public:
   SinusoidalPositionalEncoding(Count max_len, Count dim);  // both >= 1
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x) const override;
   Tensor table() const { return table_; }
  private:
   Tensor table_;  // (max_len, dim), float64; converted to x's dtype on use
+};
+
+// Activations as modules (no parameters), for Sequential: torch.nn.ReLU, GELU, Tanh, Sigmoid.
+class ReLU : public UnaryModule {
+ public:
+  Tensor forward(const Tensor& x) const override { return relu(x); }
+};
+// GELU() is exact (x Phi(x)), GELU(GeluApproximation::Tanh) is nn.GELU(approximate='tanh').
+class GELU : public UnaryModule {
+ public:
+  explicit GELU(GeluApproximation approximate = GeluApproximation::None) : approximate(approximate) {}
+  Tensor forward(const Tensor& x) const override { return gelu(x, approximate); }
+  GeluApproximation approximate;
+};
+class Tanh : public UnaryModule {
+ public:
+  Tensor forward(const Tensor& x) const override { return tanh(x); }
+};
+class Sigmoid : public UnaryModule {
+ public:
+  Tensor forward(const Tensor& x) const override { return sigmoid(x); }
 };
 
 // Functional forms.

@@ -9,7 +9,19 @@
 
 namespace xgrad {
 
+namespace {
+void check_new_name(const std::string& name, const std::vector<std::pair<std::string, Tensor*>>& params,
+                    const std::vector<std::pair<std::string, Module*>>& children) {
+  if (name.empty()) throw_error<ValueError>("Module", "a parameter or submodule name must be non-empty");
+  for (const auto& p : params)
+    if (p.first == name) throw_error<ValueError>("Module", "name '", name, "' is already a parameter of this module");
+  for (const auto& c : children)
+    if (c.first == name) throw_error<ValueError>("Module", "name '", name, "' is already a submodule of this module");
+}
+}  // namespace
+
 void Module::register_parameter(const std::string& name, Tensor* slot) {
+  check_new_name(name, params_, children_);
   if (!slot->defined() || !is_float(slot->dtype()))
     throw_error<ValueError>("Module", "parameter '", name, "' must be a defined float tensor, got ",
                             slot->defined() ? dtype_name(slot->dtype()) : "an undefined tensor");
@@ -18,6 +30,8 @@ void Module::register_parameter(const std::string& name, Tensor* slot) {
 }
 
 void Module::register_module(const std::string& name, Module* child) {
+  check_new_name(name, params_, children_);
+  if (!child) throw_error<ValueError>("Module", "submodule '", name, "' is null");
   children_.emplace_back(name, child);
 }
 
@@ -33,9 +47,12 @@ std::vector<std::pair<std::string, Tensor*>> Module::parameter_slots() {
   return out;
 }
 
-NamedTensors Module::named_parameters() const {
+NamedTensors Module::named_parameters(bool recurse) const {
   std::vector<std::pair<std::string, Tensor*>> slots;
-  collect("", slots);
+  if (recurse)
+    collect("", slots);
+  else
+    slots = params_;
   NamedTensors out;
   for (auto& [name, slot] : slots) out.emplace_back(name, *slot);
   return out;

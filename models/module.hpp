@@ -4,6 +4,10 @@
 // neither copyable nor movable: hold them as members or through std::unique_ptr.
 // Parameter names are hierarchical, joined with '.', as in PyTorch's state_dict:
 // "blocks.0.attn.in_proj_weight".
+//
+// Calling a module: every module with a forward also has operator() taking the same
+// arguments (model(x) is model.forward(x)). UnaryModule below is the interface of the
+// modules that map one tensor to one tensor: what Sequential (models/containers.hpp) chains.
 #pragma once
 #include <string>
 #include <utility>
@@ -22,7 +26,10 @@ class Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
-  NamedTensors named_parameters() const;
+  // Every parameter of this module and its submodules, in registration order (own
+  // parameters first, then each child's); recurse = false: this module's own only (torch's
+  // named_parameters(recurse=False)).
+  NamedTensors named_parameters(bool recurse = true) const;
   std::vector<Tensor> parameters() const;
   std::vector<std::pair<std::string, const Module*>> named_modules() const;  // includes "" = this
   std::size_t parameter_count() const;  // number of scalar parameters
@@ -59,6 +66,8 @@ class Module {
   std::vector<std::pair<std::string, Tensor*>> parameter_slots();
 
  protected:
+  // Names must be non-empty and unique within this module, across parameters and children
+  // (ValueError). `slot` / `child` must outlive this module (members, or owned by it).
   void register_parameter(const std::string& name, Tensor* slot);
   void register_module(const std::string& name, Module* child);
 
@@ -67,6 +76,18 @@ class Module {
   std::vector<std::pair<std::string, Tensor*>> params_;
   std::vector<std::pair<std::string, Module*>> children_;
   bool training_ = true;
+};
+
+// A module computing one tensor from one tensor: Linear, Embedding, LayerNorm, Dropout,
+// FeedForward, the activations (ReLU, GELU, ...), Functional and Sequential. forward is
+// const, as every one of these computes its output from its parameters and input only;
+// Dropout's mask generator is the one exception (a mutable member: a forward in training
+// mode advances it). A user module writes `Tensor forward(const Tensor& x) const override`
+// and gets operator() from here.
+class UnaryModule : public Module {
+ public:
+  virtual Tensor forward(const Tensor& x) const = 0;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
 };
 
 }  // namespace xgrad

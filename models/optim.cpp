@@ -1,10 +1,12 @@
 // Optimizers (torch.optim rules, foreach=False), gradient clipping, warmup + cosine schedule.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
 
 #include "xgrad/framework/array.hpp"
 #include "xgrad/framework/autograd.hpp"
+#include "xgrad/models/attention.hpp"  // decay_groups classifies by module type
 #include "xgrad/models/optim.hpp"
 
 namespace xgrad {
@@ -30,27 +32,113 @@ Tensor int_scalar(std::int64_t v) { return index_tensor({v}, {}); }
 
 }  // namespace
 
-// --- Optimizer ---------------------------------------------------------------------------
+// --- ParamGroup / Optimizer --------------------------------------------------------------
 
-Optimizer::Optimizer(const NamedTensors& params, double lr_) : lr(lr_) {
-  std::set<std::string> names;
-  std::set<const TensorImpl*> impls;
-  for (const auto& [n, p] : params) {
-    if (n.empty()) throw_error<ValueError>("Optimizer", "parameter names must be non-empty");
-    if (!names.insert(n).second)
-      throw_error<ValueError>("Optimizer", "parameter name '", n, "' appears more than once");
-    if (!p.defined()) throw_error<ValueError>("Optimizer", "parameter '", n, "' is undefined");
-    if (!is_float(p.dtype()))
-      throw_error<DTypeError>("Optimizer", "parameter '", n, "' must be float32 or float64, got ", describe(p));
-    if (!impls.insert(p.impl()).second)
-      throw_error<ValueError>("Optimizer", "parameter '", n, "' is the same tensor as an earlier one");
+std::vector<std::string> ParamGroup::overrides() const {
+  std::vector<std::string> out;
+  if (lr_) out.push_back("lr");
+  if (weight_decay_) out.push_back("weight_decay");
+  if (momentum_) out.push_back("momentum");
+  if (dampening_) out.push_back("dampening");
+  if (nesterov_) out.push_back("nesterov");
+  if (beta1_ || beta2_) out.push_back("betas");
+  if (eps_) out.push_back("eps");
+  return out;
+}
+
+Optimizer::Optimizer(const NamedTensors& params, double lr_) : Optimizer(std::vector<ParamGroup>{ParamGroup(params)}, lr_) {}
+
+Optimizer::Optimizer(const std::vector<ParamGroup>& groups, double lr_) : lr(lr_), groups_(groups), initial_lr_(lr_) {
+  if (groups_.empty()) groups_.emplace_back(NamedTensors{});  // num_groups() >= 1
+  // Where each name and tensor was first seen: (group, parameter name).
+  std::map<std::string, std::size_t> names;
+  std::map<const TensorImpl*, std::pair<std::size_t, std::string>> impls;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const std::string in = group_label(g);
+    for (const auto& [n, p] : groups_[g].params()) {
+      if (n.empty()) throw_error<ValueError>("Optimizer", "parameter names must be non-empty", in);
+      auto seen = names.find(n);
+      if (seen != names.end())
+        throw_error<ValueError>("Optimizer", "parameter name '", n, "' appears more than once",
+                                groups_.size() > 1 ? " (in group " + std::to_string(seen->second) + " and group " +
+                                                         std::to_string(g) + ")"
+                                                   : std::string());
+      names.emplace(n, g);
+      if (!p.defined()) throw_error<ValueError>("Optimizer", "parameter '", n, "'", in, " is undefined");
+      if (!is_float(p.dtype()))
+        throw_error<DTypeError>("Optimizer", "parameter '", n, "'", in, " must be float32 or float64, got ", describe(p));
+      auto [it, fresh] = impls.emplace(p.impl(), std::make_pair(g, n));
+      if (!fresh) {
+        if (it->second.first != g)
+          throw_error<ValueError>("Optimizer", "parameter '", n, "'", in, " is the same tensor as parameter '",
+                                  it->second.second, "'", group_label(it->second.first),
+                                  ": a parameter may be in one group only");
+        throw_error<ValueError>("Optimizer", "parameter '", n, "'", in, " is the same tensor as an earlier one ('",
+                                it->second.second, "')");
+      }
+    }
   }
-  params_ = params;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    if (groups_[g].lr() && !(lr_ > 0 && std::isfinite(lr_)))
+      throw_error<ValueError>("Optimizer", group_title(g), " sets lr ",
+                              *groups_[g].lr(), " but the optimizer's lr is ", lr_,
+                              ": a group's lr is kept as a multiple of the optimizer's lr (so that a schedule "
+                              "scales every group), which must then be finite and > 0");
+    for (const auto& np : groups_[g].params()) {
+      params_.push_back(np);
+      group_index_.push_back(g);
+    }
+  }
   state_.resize(params_.size());
+}
+
+std::string Optimizer::group_title(std::size_t g) const {
+  const std::string& n = groups_.at(g).name();
+  return "group " + std::to_string(g) + (n.empty() ? "" : " '" + n + "'");
+}
+
+std::string Optimizer::group_label(std::size_t g) const {
+  return groups_.size() <= 1 ? "" : " (" + group_title(g) + ")";
+}
+
+const ParamGroup& Optimizer::group(std::size_t g) const {
+  if (g >= groups_.size())
+    throw_error<IndexError>(std::string(name()) + "::group", "group ", g, " is out of range for ", groups_.size(),
+                            groups_.size() == 1 ? " group" : " groups");
+  return groups_[g];
+}
+
+std::size_t Optimizer::group_of(std::size_t param) const {
+  if (param >= params_.size())
+    throw_error<IndexError>(std::string(name()) + "::group_of", "parameter ", param, " is out of range for ",
+                            params_.size(), params_.size() == 1 ? " parameter" : " parameters");
+  return group_index_[param];
+}
+
+double Optimizer::group_lr(std::size_t g) const {
+  const ParamGroup& G = group(g);
+  // lr / initial_lr_ is exactly 1 while lr is unchanged, so the group runs at its own value.
+  return G.lr() ? *G.lr() * (lr / initial_lr_) : lr;
+}
+
+void Optimizer::check_group_options(const std::vector<std::string>& allowed) const {
+  for (std::size_t g = 0; g < groups_.size(); ++g)
+    for (const std::string& o : groups_[g].overrides())
+      if (std::find(allowed.begin(), allowed.end(), o) == allowed.end()) {
+        std::string list;
+        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+        throw_error<ValueError>(name(), group_title(g), " sets '", o, "', which ", name(),
+                                " does not have (a group may set ", list, ")");
+      }
 }
 
 void Optimizer::check_hyperparameters() const {
   require(std::isfinite(lr) && lr >= 0, name(), "lr must be finite and >= 0", lr);
+  for (std::size_t g = 0; g < groups_.size(); ++g)
+    if (groups_[g].lr()) {
+      const double v = *groups_[g].lr();
+      require(std::isfinite(v) && v >= 0, name(), group_title(g) + ": lr must be finite and >= 0", v);
+    }
 }
 
 void Optimizer::zero_grad() {
@@ -87,7 +175,7 @@ void Optimizer::step() {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     if (!grads[i].defined()) continue;
     const Tensor& p = params_[i].second;
-    if (!state_[i].initialized && needs_state())
+    if (!state_[i].initialized && needs_state(i))
       for (std::size_t k = 0; k < nbuf; ++k) fresh[i].push_back(zeros(p.shape(), p.dtype()));
     for (const Tensor& b : state_[i].buffers)
       if (b.dtype() != p.dtype()) {
@@ -112,6 +200,11 @@ void Optimizer::step() {
 NamedTensors Optimizer::state_dict() const {
   NamedTensors out;
   out.emplace_back("step", int_scalar(steps_));
+  if (groups_.size() > 1) {
+    out.emplace_back("param_groups", int_scalar(std::int64_t(groups_.size())));
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      out.emplace_back("param_group." + params_[i].first, int_scalar(std::int64_t(group_index_[i])));
+  }
   const auto bufs = buffer_names();
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const ParamState& st = state_[i];
@@ -146,6 +239,17 @@ void Optimizer::validate_state_dict(const NamedTensors& state) const {
     if (entry == "step" && t.defined() && t.dtype() == DType::Int64 && t.dim() == 0)
       global_step = t.data<std::int64_t>()[0];
 
+  // The group structure ("param_groups", "param_group.<param>"): all of it or none, and
+  // none only for a one-group optimizer; every parameter in the group it is in here.
+  auto check_group_scalar = [&](const std::string& entry, const Tensor& t) {
+    if (t.dtype() != DType::Int64 || t.dim() != 0)
+      throw_error<DTypeError>(op, "entry '", entry, "' must be an int64 scalar, got ", describe(t));
+    return t.data<std::int64_t>()[0];
+  };
+  const std::string group_prefix = "param_group.";
+  bool have_groups = false;
+  std::vector<bool> group_found(params_.size(), false);
+
   bool have_step = false;
   std::set<std::string> seen;
   std::vector<std::vector<bool>> found(params_.size(), std::vector<bool>(kinds.size(), false));
@@ -156,6 +260,25 @@ void Optimizer::validate_state_dict(const NamedTensors& state) const {
     if (entry == "step") {
       check_step_scalar(entry, t);
       have_step = true;
+      continue;
+    }
+    if (entry == "param_groups") {
+      const std::int64_t v = check_group_scalar(entry, t);
+      if (v != std::int64_t(groups_.size()))
+        throw_error<ValueError>(op, "the state has ", v, " parameter groups ('param_groups') but this optimizer has ",
+                                groups_.size());
+      have_groups = true;
+      continue;
+    }
+    if (entry.compare(0, group_prefix.size(), group_prefix) == 0) {
+      auto it = index.find(entry.substr(group_prefix.size()));
+      if (it == index.end()) throw_error<ValueError>(op, "entry '", entry, "' names no parameter of this optimizer");
+      const std::int64_t v = check_group_scalar(entry, t);
+      const std::size_t want = group_index_[it->second];
+      if (v != std::int64_t(want))
+        throw_error<ValueError>(op, "parameter '", it->first, "' is in group ", v, " of the state ('", entry,
+                                "') but in ", group_title(want), " of this optimizer");
+      group_found[it->second] = true;
       continue;
     }
     std::size_t kind = kinds.size(), param = 0;
@@ -195,6 +318,17 @@ void Optimizer::validate_state_dict(const NamedTensors& state) const {
     found[param][kind] = true;
   }
   if (!have_step) throw_error<ValueError>(op, "missing entry 'step'");
+  const bool any_group_entry = std::find(group_found.begin(), group_found.end(), true) != group_found.end();
+  if (groups_.size() > 1 && !have_groups && !any_group_entry)
+    throw_error<ValueError>(op, "the state has no parameter groups (no 'param_groups' entry: it was saved by an ",
+                            "optimizer with one group) but this optimizer has ", groups_.size());
+  if (have_groups || any_group_entry) {
+    if (!have_groups) throw_error<ValueError>(op, "missing entry 'param_groups'");
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (!group_found[i])
+        throw_error<ValueError>(op, "missing entry '", group_prefix, params_[i].first, "' (the group of parameter '",
+                                params_[i].first, "', ", group_title(group_index_[i]), " here)");
+  }
   for (std::size_t i = 0; i < params_.size(); ++i) {
     std::string missing;
     bool any = false;
@@ -221,6 +355,7 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
       steps = t.data<std::int64_t>()[0];
       continue;
     }
+    if (entry == "param_groups" || entry.compare(0, 12, "param_group.") == 0) continue;  // validated above
     if (tracks_param_step() && entry.compare(0, 5, "step.") == 0) {
       ParamState& st = next[index.at(entry.substr(5))];
       st.step = t.data<std::int64_t>()[0];
@@ -247,28 +382,46 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
 
 // --- SGD ---------------------------------------------------------------------------------
 
-SGD::SGD(const NamedTensors& params, const SGDOptions& o)
-    : Optimizer(params, o.lr()),
+SGD::SGD(const NamedTensors& params, const SGDOptions& o) : SGD(std::vector<ParamGroup>{ParamGroup(params)}, o) {}
+
+SGD::SGD(const std::vector<ParamGroup>& groups, const SGDOptions& o)
+    : Optimizer(groups, o.lr()),
       momentum(o.momentum()),
       dampening(o.dampening()),
       weight_decay(o.weight_decay()),
       nesterov(o.nesterov()) {
+  check_group_options({"lr", "weight_decay", "momentum", "dampening", "nesterov"});
   check_hyperparameters();
 }
 
 std::vector<std::string> SGD::buffer_names() const { return {"momentum_buffer"}; }
 
+bool SGD::needs_state(std::size_t i) const { return option(groups_[group_index_[i]].momentum(), momentum) != 0; }
+
+namespace {
+// subject: "" for the optimizer's own values, "group 1 'x': " for a group's.
+void check_sgd_values(const char* op, const std::string& subject, double momentum, double dampening,
+                      double weight_decay, bool nesterov) {
+  require(std::isfinite(momentum) && momentum >= 0, op, subject + "momentum must be finite and >= 0", momentum);
+  require(std::isfinite(dampening) && dampening >= 0, op, subject + "dampening must be finite and >= 0", dampening);
+  require(std::isfinite(weight_decay) && weight_decay >= 0, op, subject + "weight_decay must be finite and >= 0",
+          weight_decay);
+  if (nesterov && (momentum <= 0 || dampening != 0))
+    throw_error<ValueError>(op, subject, "nesterov momentum requires momentum > 0 and dampening = 0, got momentum ",
+                            momentum, " and dampening ", dampening);
+}
+}  // namespace
+
 void SGD::check_hyperparameters() const {
   Optimizer::check_hyperparameters();
-  require(std::isfinite(momentum) && momentum >= 0, name(), "momentum must be finite and >= 0",
-          momentum);
-  require(std::isfinite(dampening) && dampening >= 0, name(),
-          "dampening must be finite and >= 0", dampening);
-  require(std::isfinite(weight_decay) && weight_decay >= 0, name(),
-          "weight_decay must be finite and >= 0", weight_decay);
-  if (nesterov && (momentum <= 0 || dampening != 0))
-    throw_error<ValueError>(name(), "nesterov momentum requires momentum > 0 and dampening = 0, got momentum ",
-                            momentum, " and dampening ", dampening);
+  check_sgd_values(name(), "", momentum, dampening, weight_decay, nesterov);
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const ParamGroup& G = groups_[g];
+    if (G.weight_decay() || G.momentum() || G.dampening() || G.nesterov())
+      check_sgd_values(name(), group_title(g) + ": ", option(G.momentum(), momentum),
+                       option(G.dampening(), dampening), option(G.weight_decay(), weight_decay),
+                       option(G.nesterov(), nesterov));
+  }
 }
 
 namespace {
@@ -292,32 +445,43 @@ void sgd_update(T* p, const T* g, T* buf, std::size_t n, bool first, double lr, 
 
 void SGD::update(std::size_t i, const Tensor& p, const Tensor& g) {
   ParamState& st = state_[i];
-  const bool use_buf = momentum != 0;
+  const std::size_t gi = group_index_[i];
+  const ParamGroup& G = groups_[gi];
+  const double mom = option(G.momentum(), momentum), damp = option(G.dampening(), dampening);
+  const double wd = option(G.weight_decay(), weight_decay), step_lr = group_lr(gi);
+  const bool nest = option(G.nesterov(), nesterov);
+  const bool use_buf = mom != 0;
   const bool first = st.step == 0;
   dispatch_float("SGD::step", p.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    sgd_update<T>(p.mutable_data<T>(), g.data<T>(),
-                  use_buf ? st.buffers[0].mutable_data<T>() : nullptr, p.numel(), first, lr,
-                  momentum, dampening, weight_decay, nesterov);
+    sgd_update<T>(p.mutable_data<T>(), g.data<T>(), use_buf ? st.buffers[0].mutable_data<T>() : nullptr, p.numel(),
+                  first, step_lr, mom, damp, wd, nest);
   });
   if (use_buf) ++st.step;
 }
 
 // --- Adam / AdamW ------------------------------------------------------------------------
 
-Adam::Adam(const NamedTensors& params, const AdamOptions& o, bool decoupled)
-    : Optimizer(params, o.lr()),
+Adam::Adam(const std::vector<ParamGroup>& groups, const AdamOptions& o, bool decoupled)
+    : Optimizer(groups, o.lr()),
       beta1(o.beta1()),
       beta2(o.beta2()),
       eps(o.eps()),
       weight_decay(o.weight_decay()),
       decoupled_(decoupled) {}
 
-Adam::Adam(const NamedTensors& params, const AdamOptions& o) : Adam(params, o, false) {
+Adam::Adam(const NamedTensors& params, const AdamOptions& o) : Adam(std::vector<ParamGroup>{ParamGroup(params)}, o) {}
+
+Adam::Adam(const std::vector<ParamGroup>& groups, const AdamOptions& o) : Adam(groups, o, false) {
+  check_group_options({"lr", "weight_decay", "betas", "eps"});
   check_hyperparameters();
 }
 
-AdamW::AdamW(const NamedTensors& params, const AdamWOptions& o) : Adam(params, o, true) {
+AdamW::AdamW(const NamedTensors& params, const AdamWOptions& o)
+    : AdamW(std::vector<ParamGroup>{ParamGroup(params)}, o) {}
+
+AdamW::AdamW(const std::vector<ParamGroup>& groups, const AdamWOptions& o) : Adam(groups, o, true) {
+  check_group_options({"lr", "weight_decay", "betas", "eps"});
   check_hyperparameters();
 }
 
@@ -335,13 +499,26 @@ void Adam::check_buffer_values(const std::string& op, const std::string& kind, c
                               " (a mean of squares is >= 0)");
 }
 
+namespace {
+void check_adam_values(const char* op, const std::string& subject, double beta1, double beta2, double eps,
+                       double weight_decay) {
+  require(beta1 >= 0 && beta1 < 1, op, subject + "beta1 must be in [0, 1)", beta1);
+  require(beta2 >= 0 && beta2 < 1, op, subject + "beta2 must be in [0, 1)", beta2);
+  require(std::isfinite(eps) && eps >= 0, op, subject + "eps must be finite and >= 0", eps);
+  require(std::isfinite(weight_decay) && weight_decay >= 0, op, subject + "weight_decay must be finite and >= 0",
+          weight_decay);
+}
+}  // namespace
+
 void Adam::check_hyperparameters() const {
   Optimizer::check_hyperparameters();
-  require(beta1 >= 0 && beta1 < 1, name(), "beta1 must be in [0, 1)", beta1);
-  require(beta2 >= 0 && beta2 < 1, name(), "beta2 must be in [0, 1)", beta2);
-  require(std::isfinite(eps) && eps >= 0, name(), "eps must be finite and >= 0", eps);
-  require(std::isfinite(weight_decay) && weight_decay >= 0, name(),
-          "weight_decay must be finite and >= 0", weight_decay);
+  check_adam_values(name(), "", beta1, beta2, eps, weight_decay);
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const ParamGroup& G = groups_[g];
+    if (G.beta1() || G.beta2() || G.eps() || G.weight_decay())
+      check_adam_values(name(), group_title(g) + ": ", option(G.beta1(), beta1), option(G.beta2(), beta2),
+                        option(G.eps(), eps), option(G.weight_decay(), weight_decay));
+  }
 }
 
 namespace {
@@ -372,13 +549,51 @@ void adam_update(T* p, const T* g, T* m, T* v, std::size_t n, std::int64_t t, do
 
 void Adam::update(std::size_t i, const Tensor& p, const Tensor& g) {
   ParamState& st = state_[i];
+  const std::size_t gi = group_index_[i];
+  const ParamGroup& G = groups_[gi];
+  const double b1 = option(G.beta1(), beta1), b2 = option(G.beta2(), beta2), e = option(G.eps(), eps);
+  const double wd = option(G.weight_decay(), weight_decay), step_lr = group_lr(gi);
   ++st.step;
   dispatch_float("Adam::step", p.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    adam_update<T>(p.mutable_data<T>(), g.data<T>(), st.buffers[0].mutable_data<T>(),
-                   st.buffers[1].mutable_data<T>(), p.numel(), st.step, lr, beta1, beta2, eps,
-                   weight_decay, decoupled_);
+    adam_update<T>(p.mutable_data<T>(), g.data<T>(), st.buffers[0].mutable_data<T>(), st.buffers[1].mutable_data<T>(),
+                   p.numel(), st.step, step_lr, b1, b2, e, wd, decoupled_);
   });
+}
+
+// --- parameter groups for weight decay -----------------------------------------------------
+
+std::vector<ParamGroup> decay_groups(const Module& model, double weight_decay, const std::vector<std::string>& no_decay) {
+  const char* op = "decay_groups";
+  if (!(std::isfinite(weight_decay) && weight_decay >= 0))
+    throw_error<ValueError>(op, "argument 'weight_decay' must be finite and >= 0, got ", weight_decay);
+  std::set<std::string> forced(no_decay.begin(), no_decay.end());
+  std::set<std::string> names;
+  for (const auto& [n, t] : model.named_parameters()) names.insert(n);
+  for (const auto& n : no_decay)
+    if (!names.count(n)) throw_error<ValueError>(op, "argument 'no_decay' names '", n, "', which is no parameter of the model");
+  NamedTensors decay, keep;
+  for (const auto& [prefix, m] : model.named_modules()) {
+    const auto* linear = dynamic_cast<const Linear*>(m);
+    const auto* mha = dynamic_cast<const MultiHeadAttention*>(m);
+    const bool never = dynamic_cast<const LayerNorm*>(m) || dynamic_cast<const Embedding*>(m) ||
+                       dynamic_cast<const LearnedPositionalEncoding*>(m);
+    for (const auto& [local, t] : m->named_parameters(false)) {
+      const std::string full = prefix.empty() ? local : prefix + "." + local;
+      const TensorImpl* id = t.impl();
+      bool decays;
+      if (linear)
+        decays = id == linear->weight.impl();
+      else if (mha)
+        decays = id == mha->in_proj_weight.impl() || id == mha->q_proj_weight.impl() || id == mha->k_proj_weight.impl() ||
+                 id == mha->v_proj_weight.impl();
+      else
+        decays = !never && t.dim() >= 2;
+      if (forced.count(full)) decays = false;
+      (decays ? decay : keep).emplace_back(full, t);
+    }
+  }
+  return {ParamGroup(decay).name("decay").weight_decay(weight_decay), ParamGroup(keep).name("no_decay").weight_decay(0.0)};
 }
 
 // --- clipping and schedule ---------------------------------------------------------------

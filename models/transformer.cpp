@@ -1,4 +1,5 @@
 // Transformer block and models.
+#include "xgrad/framework/autograd.hpp"
 #include "xgrad/models/transformer.hpp"
 #include "xgrad/ops/ops.hpp"
 
@@ -50,11 +51,30 @@ TransformerBlock::TransformerBlock(const TransformerBlockOptions& o, Rng& rng)
   register_module("ff", &ff);
 }
 
+namespace {
+// x + Dropout(attention), then + FF(LN2(.)): the block after its attention.
+Tensor finish_block(TransformerBlock& b, const Tensor& x, const AttentionOutput& a) {
+  b.last_weights = a.weights;
+  Tensor h = add(x, b.drop.forward(a.output));
+  return add(h, b.ff.forward(b.ln2.forward(h)));
+}
+
+void check_tokens(const char* op, const Tensor& tokens) {
+  if (!tokens.defined())
+    throw_error<DTypeError>(op, "argument 'tokens' must be (B, T) int64, got an undefined tensor");
+  if (tokens.dtype() != DType::Int64)
+    throw_error<DTypeError>(op, "argument 'tokens' must be (B, T) int64, got ", dtype_name(tokens.dtype()),
+                            " of shape ", tokens.shape());
+  check_rank(op, "tokens", tokens, 2, "(B, T)");
+}
+}  // namespace
+
 Tensor TransformerBlock::forward(const Tensor& x, const AttentionOptions& options) {
-  AttentionOutput a = attn.forward(ln1.forward(x), options);
-  last_weights = a.weights;
-  Tensor h = add(x, drop.forward(a.output));
-  return add(h, ff.forward(ln2.forward(h)));
+  return finish_block(*this, x, attn.forward(ln1.forward(x), options));
+}
+
+Tensor TransformerBlock::forward_step(const Tensor& x, KVCache& cache, const AttentionOptions& options) {
+  return finish_block(*this, x, attn.forward_cached(ln1.forward(x), cache, options));
 }
 
 TransformerBody::TransformerBody(const TransformerConfig& c)
@@ -81,17 +101,22 @@ TransformerBody::TransformerBody(const TransformerConfig& c)
 }
 
 Tensor TransformerBody::forward(const Tensor& tokens, const AttentionOptions& options) {
-  if (!tokens.defined())
-    throw_error<DTypeError>("Transformer", "argument 'tokens' must be (B, T) int64, got an undefined tensor");
-  if (tokens.dtype() != DType::Int64)
-    throw_error<DTypeError>("Transformer", "argument 'tokens' must be (B, T) int64, got ", dtype_name(tokens.dtype()),
-                            " of shape ", tokens.shape());
-  check_rank("Transformer", "tokens", tokens, 2, "(B, T)");
-  Tensor x = tok_emb.forward(tokens);
-  x = pos_learned ? pos_learned->forward(x) : pos_sin->forward(x);
-  x = emb_drop.forward(x);
+  check_tokens("Transformer", tokens);
+  Tensor x = emb_drop.forward(embed(tokens));
   for (auto& b : blocks) x = b->forward(x, options);
   return ln_f.forward(x);
+}
+
+Tensor TransformerBody::embed(const Tensor& tokens, std::size_t offset) const {
+  check_tokens("Transformer", tokens);
+  Tensor x = tok_emb.forward(tokens);
+  if (offset == 0) return pos_learned ? pos_learned->forward(x) : pos_sin->forward(x);
+  const std::size_t T = tokens.shape()[1];
+  if (T > config.max_len || offset > config.max_len - T)
+    throw_error<ValueError>("Transformer", "positions [", offset, ", ", offset + T, ") of tokens ", tokens.shape(),
+                            " exceed config.max_len ", config.max_len);
+  return pos_learned ? add(x, narrow(pos_learned->weight, 0, offset, T))
+                     : add(x, narrow(pos_sin->table(), 0, offset, T).to(x.dtype()));
 }
 
 std::vector<Tensor> TransformerBody::attention_weights() const {
@@ -127,8 +152,51 @@ Tensor TransformerDecoder::forward(const Tensor& tokens, bool need_weights) {
   o.is_causal = true;
   o.need_weights = need_weights;
   o.average_attn_weights = false;
-  Tensor h = body.forward(tokens, o);
+  return logits(body.forward(tokens, o));
+}
+
+Tensor TransformerDecoder::logits(const Tensor& h) const {
   return head ? head->forward(h) : matmul(h, body.tok_emb.weight, false, true);
+}
+
+DecoderKVCache::DecoderKVCache(Count num_layers, Count max_len) {
+  const std::size_t n = check_count("DecoderKVCache", "num_layers", num_layers);
+  const std::size_t m = check_count("DecoderKVCache", "max_len", max_len);
+  layers.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) layers.emplace_back(m);
+}
+
+void DecoderKVCache::clear() {
+  for (auto& l : layers) l.clear();
+}
+
+void DecoderKVCache::select_rows(const std::vector<std::size_t>& rows) {
+  for (auto& l : layers) l.select_rows(rows);
+}
+
+DecoderKVCache TransformerDecoder::make_cache() const { return DecoderKVCache(body.config.num_layers, body.config.max_len); }
+
+Tensor TransformerDecoder::forward_step(const Tensor& tokens, DecoderKVCache& cache) {
+  const char* op = "TransformerDecoder::forward_step";
+  check_tokens(op, tokens);
+  const std::size_t B = tokens.shape()[0], t = tokens.shape()[1], L = cache.layers.empty() ? 0 : cache.length();
+  if (cache.layers.size() != body.blocks.size() || cache.max_len() != body.config.max_len)
+    throw_error<ValueError>(op, "the cache has ", cache.layers.size(), " layers of max_len ",
+                            cache.layers.empty() ? 0 : cache.max_len(), "; this model needs ", body.blocks.size(),
+                            " of max_len ", body.config.max_len, " (use make_cache())");
+  if (t == 0) throw_error<ShapeError>(op, "argument 'tokens' ", tokens.shape(), " holds no token");
+  if (t > body.config.max_len - L)
+    throw_error<ValueError>(op, "the cache holds ", L, " positions and tokens ", tokens.shape(), " add ", t, ": ", L + t,
+                            " would exceed the model's max_len ", body.config.max_len, " (config.max_len)");
+  if (cache.batch() != 0 && cache.batch() != B)
+    throw_error<ShapeError>(op, "argument 'tokens' ", tokens.shape(), " has a batch of ", B, " but the cache holds ",
+                            cache.batch(), " rows");
+  NoGradGuard no_grad;
+  Tensor x = body.emb_drop.forward(body.embed(tokens, L));  // IndexError for a bad token: nothing cached yet
+  AttentionOptions o;
+  o.is_causal = true;
+  for (std::size_t i = 0; i < body.blocks.size(); ++i) x = body.blocks[i]->forward_step(x, cache.layers[i], o);
+  return logits(body.ln_f.forward(x));
 }
 
 }  // namespace xgrad

@@ -37,6 +37,10 @@ class TransformerBlock : public Module {
   TransformerBlock(const TransformerBlockOptions& options, Rng& rng);
   // x (B, T, E); options carry the masks (need_weights is honoured: see last_weights).
   Tensor forward(const Tensor& x, const AttentionOptions& options = {});
+  // Incremental: x (B, t, E) holds the next t positions; attention runs over the cache's
+  // positions and x's (MultiHeadAttention::forward_cached; options.is_causal for causality).
+  Tensor forward_step(const Tensor& x, KVCache& cache, const AttentionOptions& options);
+  Tensor operator()(const Tensor& x, const AttentionOptions& options = {}) { return forward(x, options); }
   Tensor last_weights;  // (B, H, T, S) or (B, T, S) when options.need_weights
   LayerNorm ln1;
   MultiHeadAttention attn;
@@ -71,7 +75,11 @@ class TransformerBody : public Module {
   explicit TransformerBody(const TransformerConfig& config);
   // tokens (B, T) int64 -> hidden (B, T, E)
   Tensor forward(const Tensor& tokens, const AttentionOptions& options);
+  Tensor operator()(const Tensor& tokens, const AttentionOptions& options) { return forward(tokens, options); }
   std::vector<Tensor> attention_weights() const;  // per layer, from the last forward with need_weights
+  // Token embeddings plus the positions [offset, offset + T) of tokens (B, T) int64, before
+  // emb_drop (forward uses offset 0). ValueError when offset + T > config.max_len.
+  Tensor embed(const Tensor& tokens, std::size_t offset = 0) const;
   TransformerConfig config;
   Rng rng;
   Embedding tok_emb;
@@ -89,17 +97,54 @@ class TransformerEncoder : public Module {
   // key_padding_mask (B, T) bool, true = padding; may be undefined.
   Tensor forward(const Tensor& tokens, const Tensor& key_padding_mask = Tensor(),
                  bool need_weights = false);
+  Tensor operator()(const Tensor& tokens, const Tensor& key_padding_mask = Tensor(), bool need_weights = false) { return forward(tokens, key_padding_mask, need_weights); }
   TransformerBody body;
   Linear head;
 };
 
+// The keys and values of every block of a TransformerDecoder (one KVCache per block), for
+// TransformerDecoder::forward_step; make it with TransformerDecoder::make_cache().
+class DecoderKVCache {
+ public:
+  DecoderKVCache(Count num_layers, Count max_len);
+  std::size_t length() const { return layers.front().length(); }  // positions fed so far = the next position
+  std::size_t max_len() const { return layers.front().max_len(); }
+  std::size_t batch() const { return layers.front().batch(); }       // 0 before the first step
+  void clear();                                                      // back to length 0
+  void select_rows(const std::vector<std::size_t>& rows);            // every layer's KVCache::select_rows
+  std::vector<KVCache> layers;
+};
+
 // GPT-style causal decoder: logits (B, T, vocab); tied or separate output projection.
+//
+// Incremental decoding (sampling, greedy search) with a key/value cache:
+//   DecoderKVCache cache = model.make_cache();
+//   Tensor logits = model.forward_step(prompt, cache);      // (B, T0) -> (B, T0, V); cache.length() == T0
+//   logits = model.forward_step(next_tokens, cache);        // (B, 1) -> (B, 1, V), position T0
+// Each step computes only the new positions (their projections, feed-forward and head) and
+// attends over the cached keys; the positions are offset by cache.length(). The logits equal
+// forward(whole sequence)'s rows for those positions to float rounding (tests/test_kv_cache.cpp).
+// decoding.hpp's generate() runs the loop with any next-token rule (greedy, sampling).
 class TransformerDecoder : public Module {
  public:
   explicit TransformerDecoder(const TransformerConfig& config);
   Tensor forward(const Tensor& tokens, bool need_weights = false);
+  // An empty cache for this model: config.num_layers layers of at most config.max_len positions.
+  DecoderKVCache make_cache() const;
+  // tokens (B, t) int64, t >= 1, at positions [cache.length(), cache.length() + t): their logits
+  // (B, t, vocab), causal over every cached position and each other. Runs without autograd
+  // (the logits do not require grad; train with forward). Dropout follows train()/eval() as in
+  // forward: call eval() first for deterministic decoding. Errors (nothing is changed):
+  // ValueError when cache.length() + t > config.max_len (naming the limit) or the cache is
+  // not of this model's shape; DTypeError / ShapeError for tokens; ShapeError when B differs
+  // from the cache's batch; IndexError for a token outside [0, vocab_size).
+  Tensor forward_step(const Tensor& tokens, DecoderKVCache& cache);
+  Tensor operator()(const Tensor& tokens, bool need_weights = false) { return forward(tokens, need_weights); }
   TransformerBody body;
   std::unique_ptr<Linear> head;  // null when tied
+
+ private:
+  Tensor logits(const Tensor& hidden) const;
 };
 
 }  // namespace xgrad

@@ -119,6 +119,39 @@ Tensor pow(const Tensor& x, double p) {
   });
 }
 
+namespace {
+// maximum's and minimum's gradient weight for the first operand, PyTorch 1.13's rule: 0 where
+// it loses, 1/2 on a tie, else 1 (so where either is NaN both operands get the full gradient).
+// The weights are constants: the second derivative is 0.
+template <bool kMax> Tensor winner_weight(const char* op, const Tensor& a, const Tensor& b) {
+  return binary_forward(op, a, b, [](auto x, auto z) {
+    using T = decltype(x);
+    return (kMax ? x < z : x > z) ? T(0) : (x == z ? T(0.5) : T(1));
+  });
+}
+
+template <bool kMax> BackwardFn extremum_backward(const char* op) {
+  return [op](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    const Tensor &a = n.input(0), &b = n.input(1);
+    return {n.needs_grad(0) ? sum_to(mul(g, winner_weight<kMax>(op, a, b)), a.shape()) : Tensor(),
+            n.needs_grad(1) ? sum_to(mul(g, winner_weight<kMax>(op, b, a)), b.shape()) : Tensor()};
+  };
+}
+}  // namespace
+
+// y = max(a, b), NaN if either is;  da = sum_to(g * w(a, b), A), db = sum_to(g * w(b, a), B),
+// w(a, b) = 1 - [a < b] - [a == b] / 2
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  Tensor y = binary_forward("maximum", a, b, [](auto x, auto z) { return (x > z || x != x) ? x : z; });
+  return record("maximum", y, {a, b}, extremum_backward<true>("maximum"));
+}
+
+// y = min(a, b), NaN if either is;  as maximum with w(a, b) = 1 - [a > b] - [a == b] / 2
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  Tensor y = binary_forward("minimum", a, b, [](auto x, auto z) { return (x < z || x != x) ? x : z; });
+  return record("minimum", y, {a, b}, extremum_backward<false>("minimum"));
+}
+
 // --- registration ----------------------------------------------------------------------
 namespace {
 
@@ -148,6 +181,12 @@ XGRAD_REGISTER_OP({"mul", [](const auto& x) { return mul(x[0], x[1]); },
                    [](Rng& r) { return binary_samples(r, -2, 2); }});
 XGRAD_REGISTER_OP({"div", [](const auto& x) { return div(x[0], x[1]); },
                    [](Rng& r) { return binary_samples(r, 0.5, 2); }});
+// maximum / minimum: random operands (ties have probability 0; the half-and-half tie rule is
+// checked against PyTorch in tests/test_select_ops.cpp).
+XGRAD_REGISTER_OP({"maximum", [](const auto& x) { return maximum(x[0], x[1]); },
+                   [](Rng& r) { return binary_samples(r, -2, 2); }});
+XGRAD_REGISTER_OP({"minimum", [](const auto& x) { return minimum(x[0], x[1]); },
+                   [](Rng& r) { return binary_samples(r, -2, 2); }});
 XGRAD_REGISTER_OP({"neg", [](const auto& x) { return neg(x[0]); },
                    [](Rng& r) { return unary_samples(r, -2, 2); }});
 XGRAD_REGISTER_OP({"add_scalar", [](const auto& x) { return add_scalar(x[0], 1.5); },

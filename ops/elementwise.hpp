@@ -15,6 +15,12 @@ Tensor neg(const Tensor& x);
 Tensor add_scalar(const Tensor& x, double s);   // x + s
 Tensor mul_scalar(const Tensor& x, double s);   // x * s
 Tensor pow(const Tensor& x, double p);          // x ^ p (elementwise)
+// Elementwise max / min of a and b with broadcasting, as torch.maximum / torch.minimum: NaN
+// if either is NaN. Gradients as PyTorch 1.13: where a == b the gradient is split half and half
+// between a and b, the loser gets 0, and at a NaN position both get the full gradient:
+//   maximum: da = sum_to(g * (1 - [a < b] - [a == b] / 2), A), db likewise with a, b swapped.
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

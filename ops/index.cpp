@@ -1,25 +1,206 @@
-// embedding (row gather) and embedding_backward (row scatter-add): each other's adjoint.
-//   y[i, :] = W[idx[i], :]             W: (N, D), idx: I, y: (I..., D)
-//   dW = embedding_backward(g, idx, N): dW[idx[i], :] += g[i, :]
+// Integer indexing. Shapes: x: X; around an axis, X viewed as (outer, n, inner).
+//
+//   embedding:     y[i, :] = W[idx[i], :]                     dW = embedding_backward(g, idx, N)
+//   gather:        y[.., j, ..] = x[.., index[.., j, ..], ..]  dx = scatter_add(0, axis, index, g)
+//   scatter_add:   y = x;  y[.., index[.., j, ..], ..] += src  dx = g, dsrc = gather(g, axis, index)
+//   index_select:  y[o, j, r] = x[o, index[j], r]             dx = index_add(0, axis, index, g)
+//   index_add:     y = x;  y[o, index[j], r] += src[o, j, r]  dx = g, dsrc = index_select(g, axis, index)
+//   topk values:   a gather at the selected positions          dx = scatter_add(0, axis, indices, g)
+// argmax / argmin / topk indices are Int64 and never recorded.
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/index.hpp"
+#include "xgrad/ops/shape.hpp"
 
 namespace xgrad {
 namespace {
 
-void check_indices(const char* op, const Tensor& idx, std::size_t n) {
-  if (!idx.defined()) throw_error<ValueError>(op, "argument 'indices' is undefined");
+// "(1, 2)": the multi-index of row-major position `flat` in `shape`.
+std::string position_str(const Shape& shape, std::size_t flat) {
+  Shape pos(shape.size());
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    pos[d] = shape[d] ? flat % shape[d] : 0;
+    flat = shape[d] ? flat / shape[d] : 0;
+  }
+  return shape_str(pos);
+}
+
+void check_defined(const char* op, const char* arg, const Tensor& t) {
+  if (!t.defined()) throw_error<ValueError>(op, "argument '", arg, "' is undefined");
+}
+
+void check_int64(const char* op, const char* arg, const Tensor& idx) {
+  check_defined(op, arg, idx);
   if (idx.dtype() != DType::Int64)
-    throw_error<DTypeError>(op, "argument 'indices' must be int64, got ", dtype_name(idx.dtype()), " of shape ",
+    throw_error<DTypeError>(op, "argument '", arg, "' must be int64, got ", dtype_name(idx.dtype()), " of shape ",
                             idx.shape());
+}
+
+// IndexError unless every element of idx is in [0, n): "op: index 7 at position (0, 1) of
+// argument 'index' (2, 3) is out of range for <range> (valid: 0 to n-1)".
+template <class... Range>
+void check_index_values(const char* op, const char* arg, const Tensor& idx, std::size_t n, const Range&... range) {
   const std::int64_t* p = idx.data<std::int64_t>();
   for (std::size_t i = 0; i < idx.numel(); ++i)
-    if (p[i] < 0 || std::size_t(p[i]) >= n)
-      throw_error<IndexError>(op, "index ", p[i], " at flat position ", i, " of 'indices' ", idx.shape(),
-                              " is out of range for ", n, " rows");
+    if (p[i] < 0 || std::uint64_t(p[i]) >= n) {
+      if (n == 0)
+        throw_error<IndexError>(op, "index ", p[i], " at position ", position_str(idx.shape(), i), " of argument '",
+                                arg, "' ", idx.shape(), " is out of range for ", range..., " (it is empty)");
+      throw_error<IndexError>(op, "index ", p[i], " at position ", position_str(idx.shape(), i), " of argument '", arg,
+                              "' ", idx.shape(), " is out of range for ", range..., " (valid: 0 to ", n - 1, ")");
+    }
+}
+
+void check_indices(const char* op, const Tensor& idx, std::size_t n) {
+  check_int64(op, "indices", idx);
+  check_index_values(op, "indices", idx, n, n, " rows");
+}
+
+template <class T> bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
+  else return false;
+}
+
+// DTypeError unless x is Float32, Float64 or Int64 (the dtypes with an order and arithmetic).
+void check_numeric(const char* op, const Tensor& x) {
+  check_defined(op, "x", x);
+  if (x.dtype() == DType::Bool)
+    throw_error<DTypeError>(op, "argument 'x' must be float32, float64 or int64, got bool of shape ", x.shape());
+}
+
+// Calls f(T{}) for T = float, double or int64_t by x's dtype (check_numeric first).
+template <class F> decltype(auto) dispatch_numeric(const Tensor& x, F&& f) {
+  if (x.dtype() == DType::Int64) return f(std::int64_t{});
+  if (x.dtype() == DType::Float64) return f(double{});
+  return f(float{});
+}
+
+// x with the dims of a rank-0 tensor turned into (1), for ops that take an axis: the axis
+// must then be 0 or -1 (as PyTorch); returns the normalised axis of the (possibly reshaped) x.
+std::size_t axis_of(const char* op, long axis, Tensor& x) {
+  if (x.dim() == 0) {
+    normalize_axis(op, axis, std::size_t(1));  // IndexError unless 0 or -1
+    x = reshape(x, {1});
+    return 0;
+  }
+  return normalize_axis(op, axis, x.shape());
+}
+
+// --- gather / scatter_add kernels ------------------------------------------------------------
+
+// index (Int64, shape I) against x (shape X) for gather / scatter_add along axis.
+void check_gather_index(const char* op, const Tensor& x, std::size_t axis, const Tensor& index) {
+  check_int64(op, "index", index);
+  if (index.dim() != x.dim())
+    throw_error<ShapeError>(op, "argument 'index' ", index.shape(), " must have the rank of argument 'x' ", x.shape());
+  for (std::size_t d = 0; d < x.dim(); ++d)
+    if (d != axis && index.shape()[d] > x.shape()[d])
+      throw_error<ShapeError>(op, "argument 'index' ", index.shape(), " is larger than argument 'x' ", x.shape(),
+                              " along axis ", d, " (only axis ", axis, " may be larger)");
+  check_index_values(op, "index", index, x.shape()[axis], "axis ", axis, " of argument 'x' ", x.shape());
+}
+
+// Walks index's (shape I) positions one row at a time: f(ox, oi, n, sx, ax) where element i of
+// the row is index[oi + i] (and the result's / src's, same layout) and reads or writes
+// x[ox + i * sx + index[oi + i] * ax] (ax: x's stride along the axis).
+template <class F> void for_each_gather_row(const Shape& X, const Shape& I, std::size_t axis, F&& f) {
+  auto xs = detail::contiguous_strides(X);
+  const std::size_t ax = xs[axis];
+  xs[axis] = 0;
+  detail::for_each_row(I, xs, detail::contiguous_strides(I),
+                       [&](std::size_t ox, std::size_t oi, std::size_t, std::size_t n, std::size_t sx, std::size_t) {
+                         f(ox, oi, n, sx, ax);
+                       });
+}
+
+// y (shape I) = x gathered along axis; indices already checked. Any dtype.
+Tensor gather_values(const char* op, const Tensor& x, std::size_t axis, const Tensor& index) {
+  return std::visit(
+      [&](const auto& vx) {
+        using T = typename std::decay_t<decltype(vx)>::value_type;
+        const T* px = vx.data();
+        const std::int64_t* pi = index.data<std::int64_t>();
+        auto y = empty_array<T>(index.shape(), op);
+        T* py = y.data();
+        for_each_gather_row(x.shape(), index.shape(), axis,
+                            [&](std::size_t ox, std::size_t oi, std::size_t n, std::size_t sx, std::size_t ax) {
+                              for (std::size_t i = 0; i < n; ++i)
+                                py[oi + i] = px[ox + i * sx + std::size_t(pi[oi + i]) * ax];
+                            });
+        return make_tensor(std::move(y));
+      },
+      static_cast<const ArrayVariant&>(*x.impl()->value));
+}
+
+// gather's backward (also topk's): dx = scatter_add(zeros(X), axis, index, g).
+BackwardFn gather_backward(std::size_t axis, const Tensor& index) {
+  return [axis, index](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    return {scatter_add(zeros(n.input(0).shape(), g.dtype()), long(axis), index, g)};
+  };
+}
+
+// x float or Int64, src of x's dtype.
+void check_addable(const char* op, const Tensor& x, const Tensor& src) {
+  check_numeric(op, x);
+  check_defined(op, "src", src);
+  if (src.dtype() != x.dtype())
+    throw_error<DTypeError>(op, "argument 'src' is ", dtype_name(src.dtype()), ' ', src.shape(), " but argument 'x' is ",
+                            dtype_name(x.dtype()), ' ', x.shape());
+}
+
+// --- arg-reductions --------------------------------------------------------------------------
+
+// out[o, r] = position i of the best x[o, i, r] (first among ties, NaN best).
+template <bool kMax, class T> void arg_extreme(const T* x, const detail::AxisSplit& s, std::int64_t* out) {
+  std::vector<T> best(s.inner);
+  for (std::size_t o = 0; o < s.outer; ++o) {
+    const T* base = x + o * s.n * s.inner;
+    std::int64_t* ob = out + o * s.inner;
+    for (std::size_t r = 0; r < s.inner; ++r) best[r] = base[r], ob[r] = 0;
+    for (std::size_t i = 1; i < s.n; ++i) {
+      const T* row = base + i * s.inner;
+      for (std::size_t r = 0; r < s.inner; ++r) {
+        const T v = row[r], b = best[r];
+        const bool better = !is_nan(b) && (is_nan(v) || (kMax ? v > b : v < b));
+        if (better) best[r] = v, ob[r] = std::int64_t(i);
+      }
+    }
+  }
+}
+
+template <bool kMax> Tensor arg_reduce(const char* op, Tensor x, long axis, bool keepdim) {
+  check_numeric(op, x);
+  const bool scalar_in = x.dim() == 0;
+  const std::size_t ax = axis_of(op, axis, x);
+  if (x.shape()[ax] == 0)
+    throw_error<ShapeError>(op, "argument 'x' ", x.shape(), " is empty along axis ", axis);
+  Shape K = x.shape();
+  K[ax] = 1;
+  const auto s = detail::split_at(x.shape(), ax);
+  auto out = empty_array<std::int64_t>(K, op);
+  dispatch_numeric(x, [&](auto zero) {
+    using T = decltype(zero);
+    arg_extreme<kMax>(value<T>(x).data(), s, out.data());
+  });
+  Tensor y = make_tensor(std::move(out));
+  if (scalar_in) return reshape(y, {});
+  if (keepdim) return y;
+  K.erase(K.begin() + long(ax));
+  return reshape(y, K);
+}
+
+template <bool kMax> Tensor arg_reduce_all(const char* op, const Tensor& x) {
+  check_numeric(op, x);
+  if (x.numel() == 0) throw_error<ShapeError>(op, "argument 'x' ", x.shape(), " is empty");
+  return reshape(arg_reduce<kMax>(op, reshape(x, {x.numel()}), 0, false), {});
 }
 
 }  // namespace
+
+// --- embedding -----------------------------------------------------------------------------
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   check_float("embedding", "weight", weight);
@@ -83,7 +264,209 @@ Tensor one_hot(const Tensor& indices, std::size_t num_classes, DType dtype) {
   return y;
 }
 
+// --- arg-reductions ------------------------------------------------------------------------
+
+Tensor argmax(const Tensor& x, long axis, bool keepdim) { return arg_reduce<true>("argmax", x, axis, keepdim); }
+Tensor argmin(const Tensor& x, long axis, bool keepdim) { return arg_reduce<false>("argmin", x, axis, keepdim); }
+Tensor argmax(const Tensor& x) { return arg_reduce_all<true>("argmax", x); }
+Tensor argmin(const Tensor& x) { return arg_reduce_all<false>("argmin", x); }
+
+// --- topk ----------------------------------------------------------------------------------
+
+// Per (o, r): the row x[o, :, r] sorted by the strict total order "better value first, then
+// lower position" (NaN better than any number when largest, worse when smallest), its first
+// k kept: std::partial_sort with a total order has exactly one correct result, so every
+// standard library gives the same one.
+TopK topk(const Tensor& x_in, long k, long axis, bool largest, bool sorted) {
+  const char* op = "topk";
+  check_numeric(op, x_in);
+  Tensor x = x_in;
+  const bool scalar_in = x.dim() == 0;
+  const std::size_t ax = axis_of(op, axis, x);
+  const std::size_t n = x.shape()[ax];
+  if (k < 0 || std::uint64_t(k) > n)
+    throw_error<ValueError>(op, "k = ", k, " is out of range for axis ", axis, " of size ", n, " of argument 'x' ",
+                            x_in.shape(), " (valid: 0 to ", n, ")");
+  const std::size_t kk = std::size_t(k);
+  Shape ys = x.shape();
+  ys[ax] = kk;
+  const auto s = detail::split_at(x.shape(), ax);
+  auto idx = empty_array<std::int64_t>(ys, op);
+  std::int64_t* pi = idx.data();
+  dispatch_numeric(x, [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = value<T>(x).data();
+    struct Item {
+      T v;
+      std::int64_t i;
+    };
+    auto before = [largest](const Item& a, const Item& b) {
+      const bool an = is_nan(a.v), bn = is_nan(b.v);
+      if (an != bn) return largest ? an : bn;
+      if (!an && a.v != b.v) return largest ? a.v > b.v : a.v < b.v;
+      return a.i < b.i;
+    };
+    std::vector<Item> row(n);
+    for (std::size_t o = 0; o < s.outer; ++o)
+      for (std::size_t r = 0; r < s.inner; ++r) {
+        const T* xr = px + o * n * s.inner + r;
+        for (std::size_t i = 0; i < n; ++i) row[i] = {xr[i * s.inner], std::int64_t(i)};
+        std::partial_sort(row.begin(), row.begin() + long(kk), row.end(), before);
+        if (!sorted)
+          std::sort(row.begin(), row.begin() + long(kk), [](const Item& a, const Item& b) { return a.i < b.i; });
+        std::int64_t* ir = pi + o * kk * s.inner + r;
+        for (std::size_t j = 0; j < kk; ++j) ir[j * s.inner] = row[j].i;
+      }
+  });
+  Tensor indices = make_tensor(std::move(idx));
+  Tensor values = gather_values(op, x, ax, indices);
+  if (is_float(x.dtype())) values = record(op, values, {x}, gather_backward(ax, indices));
+  if (scalar_in && kk == 1) return {reshape(values, {}), reshape(indices, {})};
+  return {values, indices};
+}
+
+// --- gather / scatter_add ------------------------------------------------------------------
+
+Tensor gather(const Tensor& x_in, long axis, const Tensor& index_in) {
+  const char* op = "gather";
+  check_defined(op, "x", x_in);
+  check_int64(op, "index", index_in);
+  Tensor x = x_in, index = index_in;
+  const bool scalar_in = x.dim() == 0;
+  if (scalar_in && index.dim() == 0) index = reshape(index, {1});
+  const std::size_t ax = axis_of(op, axis, x);
+  check_gather_index(op, x, ax, index);
+  Tensor y = gather_values(op, x, ax, index);
+  if (is_float(x.dtype())) y = record(op, y, {x}, gather_backward(ax, index));
+  return scalar_in && index_in.dim() == 0 ? reshape(y, {}) : y;
+}
+
+Tensor scatter_add(const Tensor& x, long axis, const Tensor& index, const Tensor& src) {
+  const char* op = "scatter_add";
+  check_addable(op, x, src);
+  check_int64(op, "index", index);
+  if (x.dim() == 0) {  // the rank-0 case through rank 1, as gather
+    normalize_axis(op, axis, std::size_t(1));  // IndexError unless 0 or -1
+    return reshape(scatter_add(reshape(x, {1}), 0, index.dim() == 0 ? reshape(index, {1}) : index,
+                               src.dim() == 0 ? reshape(src, {1}) : src),
+                   {});
+  }
+  const std::size_t ax = normalize_axis(op, axis, x.shape());
+  if (src.shape() != index.shape())
+    throw_error<ShapeError>(op, "argument 'src' ", src.shape(), " must have the shape of argument 'index' ",
+                            index.shape());
+  check_gather_index(op, x, ax, index);
+  Tensor y = dispatch_numeric(x, [&](auto zero) {
+    using T = decltype(zero);
+    check_tensor_size(op, x.shape(), x.dtype());
+    xt::xarray<T> out = value<T>(x);  // a copy
+    T* po = out.data();
+    const T* ps = value<T>(src).data();
+    const std::int64_t* pi = index.data<std::int64_t>();
+    for_each_gather_row(x.shape(), index.shape(), ax,
+                        [&](std::size_t ox, std::size_t oi, std::size_t n, std::size_t sx, std::size_t as) {
+                          for (std::size_t i = 0; i < n; ++i)
+                            po[ox + i * sx + std::size_t(pi[oi + i]) * as] += ps[oi + i];
+                        });
+    return make_tensor(std::move(out));
+  });
+  if (!is_float(x.dtype())) return y;
+  return record(op, y, {x, src}, [ax, index](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    return {n.needs_grad(0) ? g : Tensor(), n.needs_grad(1) ? gather(g, long(ax), index) : Tensor()};
+  });
+}
+
+// --- index_select / index_add --------------------------------------------------------------
+
+namespace {
+// index (rank 0 or 1, Int64) for index_select / index_add along axis of x: the 1-D index.
+Tensor check_select_index(const char* op, const Tensor& x, std::size_t axis, const Tensor& index) {
+  check_int64(op, "index", index);
+  if (index.dim() > 1)
+    throw_error<ShapeError>(op, "argument 'index' ", index.shape(), " must be 1-D (or rank 0)");
+  check_index_values(op, "index", index, x.shape()[axis], "axis ", axis, " of argument 'x' ", x.shape());
+  return index.dim() == 0 ? reshape(index, {1}) : index;
+}
+}  // namespace
+
+Tensor index_select(const Tensor& x_in, long axis, const Tensor& index_in) {
+  const char* op = "index_select";
+  check_defined(op, "x", x_in);
+  Tensor x = x_in;
+  const std::size_t ax = axis_of(op, axis, x);
+  const Tensor index = check_select_index(op, x, ax, index_in);
+  const std::size_t m = index.numel();
+  Shape ys = x.shape();
+  ys[ax] = m;
+  const auto s = detail::split_at(x.shape(), ax);
+  Tensor y = std::visit(
+      [&](const auto& vx) {
+        using T = typename std::decay_t<decltype(vx)>::value_type;
+        const T* px = vx.data();
+        const std::int64_t* pi = index.data<std::int64_t>();
+        auto out = empty_array<T>(ys, op);
+        for (std::size_t o = 0; o < s.outer; ++o)
+          for (std::size_t j = 0; j < m; ++j)
+            std::copy_n(px + (o * s.n + std::size_t(pi[j])) * s.inner, s.inner, out.data() + (o * m + j) * s.inner);
+        return make_tensor(std::move(out));
+      },
+      static_cast<const ArrayVariant&>(*x.impl()->value));
+  if (is_float(x.dtype()))
+    y = record(op, y, {x}, [ax, index](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+      return {index_add(zeros(n.input(0).shape(), g.dtype()), long(ax), index, g)};
+    });
+  return x_in.dim() == 0 && index_in.dim() == 0 ? reshape(y, {}) : y;
+}
+
+Tensor index_add(const Tensor& x, long axis, const Tensor& index_in, const Tensor& src) {
+  const char* op = "index_add";
+  check_addable(op, x, src);
+  if (x.dim() == 0) {  // the rank-0 case through rank 1, as index_select
+    normalize_axis(op, axis, std::size_t(1));  // IndexError unless 0 or -1
+    return reshape(index_add(reshape(x, {1}), 0, index_in, src.dim() == 0 ? reshape(src, {1}) : src), {});
+  }
+  const std::size_t ax = normalize_axis(op, axis, x.shape());
+  const Tensor index = check_select_index(op, x, ax, index_in);
+  const std::size_t m = index.numel();
+  Shape expect = x.shape();
+  expect[ax] = m;
+  if (src.shape() != expect)
+    throw_error<ShapeError>(op, "argument 'src' ", src.shape(), " must be ", expect, " (argument 'x' ", x.shape(),
+                            " with axis ", axis, " of the size of argument 'index' ", index_in.shape(), ")");
+  const auto s = detail::split_at(x.shape(), ax);
+  Tensor y = dispatch_numeric(x, [&](auto zero) {
+    using T = decltype(zero);
+    check_tensor_size(op, x.shape(), x.dtype());
+    xt::xarray<T> out = value<T>(x);  // a copy
+    const T* ps = value<T>(src).data();
+    const std::int64_t* pi = index.data<std::int64_t>();
+    for (std::size_t o = 0; o < s.outer; ++o)
+      for (std::size_t j = 0; j < m; ++j) {
+        T* row = out.data() + (o * s.n + std::size_t(pi[j])) * s.inner;
+        const T* from = ps + (o * m + j) * s.inner;
+        for (std::size_t r = 0; r < s.inner; ++r) row[r] += from[r];
+      }
+    return make_tensor(std::move(out));
+  });
+  if (!is_float(x.dtype())) return y;
+  return record(op, y, {x, src}, [ax, index](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    return {n.needs_grad(0) ? g : Tensor(), n.needs_grad(1) ? index_select(g, long(ax), index) : Tensor()};
+  });
+}
+
 // --- registration ----------------------------------------------------------------------
+namespace {
+// Distinct values in a random order (topk is not differentiable where values tie).
+Tensor distinct_sample(const Shape& shape, Rng& rng) {
+  std::vector<double> v(numel(shape));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.25 * double(i) - 2.0;
+  rng.shuffle(v.begin(), v.end());
+  Tensor x = tensor(v, shape, DType::Float64);
+  x.set_requires_grad(true);
+  return x;
+}
+}  // namespace
+
 XGRAD_REGISTER_OP({"embedding", [](const auto& x) { return embedding(x[0], x[1]); },
                    [](Rng& r) -> std::vector<OpSample> {
                      return {{"W (5,3), idx (2,3) with repeats",
@@ -94,6 +477,60 @@ XGRAD_REGISTER_OP({"embedding_backward", [](const auto& x) { return embedding_ba
                    [](Rng& r) -> std::vector<OpSample> {
                      return {{"g (2,3,2), idx (2,3) with repeats",
                               {sample_randn({2, 3, 2}, r), index_tensor({0, 4, 4, 1, 0, 2}, {2, 3})}}};
+                   }});
+// The sample's last input is the axis, as an Int64 scalar (so one registration covers several).
+XGRAD_REGISTER_OP({"gather", [](const auto& x) { return gather(x[0], long(x[2].item()), x[1]); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"x (3,4) axis 1, index (2,3) with repeats, smaller on axis 0",
+                              {sample_randn({3, 4}, r), index_tensor({3, 0, 3, 1, 1, 2}, {2, 3}), scalar(1, DType::Int64)}},
+                             {"x (2,3,4) axis -3, index (4,3,2) larger on the axis",
+                              {sample_randn({2, 3, 4}, r),
+                               index_tensor({0, 1, 1, 1, 0, 0, 1, 1, 0, 1, 0, 0, 0, 0, 1, 1, 1, 0, 1, 0, 0, 1, 1, 1}, {4, 3, 2}),
+                               scalar(-3, DType::Int64)}},
+                             {"x () index ()", {sample_randn({}, r), index_tensor({0}, {}), scalar(0, DType::Int64)}},
+                             {"x (2,3) axis 0, empty index (0,3)",
+                              {sample_randn({2, 3}, r), index_tensor({}, {0, 3}), scalar(0, DType::Int64)}, true}};
+                   }});
+XGRAD_REGISTER_OP({"scatter_add", [](const auto& x) { return scatter_add(x[0], long(x[3].item()), x[2], x[1]); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"x (3,4) axis 1, src/index (2,3) with repeats",
+                              {sample_randn({3, 4}, r), sample_randn({2, 3}, r), index_tensor({3, 0, 3, 1, 1, 1}, {2, 3}),
+                               scalar(1, DType::Int64)}},
+                             {"x (2,3) axis -2, src/index (4,3)",
+                              {sample_randn({2, 3}, r), sample_randn({4, 3}, r),
+                               index_tensor({0, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 1}, {4, 3}), scalar(-2, DType::Int64)}}};
+                   }});
+XGRAD_REGISTER_OP({"index_select", [](const auto& x) { return index_select(x[0], long(x[2].item()), x[1]); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"x (3,4) axis 0, index (5) with repeats",
+                              {sample_randn({3, 4}, r), index_tensor({2, 0, 2, 1, 2}, {5}), scalar(0, DType::Int64)}},
+                             {"x (2,3,4) axis -1, index (2)",
+                              {sample_randn({2, 3, 4}, r), index_tensor({3, 1}, {2}), scalar(-1, DType::Int64)}},
+                             {"x (2,3) axis 1, index ()", {sample_randn({2, 3}, r), index_tensor({2}, {}), scalar(1, DType::Int64)}},
+                             {"x (2,3) axis 1, empty index (0)",
+                              {sample_randn({2, 3}, r), index_tensor({}, {0}), scalar(1, DType::Int64)}, true}};
+                   }});
+XGRAD_REGISTER_OP({"index_add", [](const auto& x) { return index_add(x[0], long(x[3].item()), x[2], x[1]); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"x (3,4) axis 0, src (5,4), index (5) with repeats",
+                              {sample_randn({3, 4}, r), sample_randn({5, 4}, r), index_tensor({2, 0, 2, 1, 2}, {5}),
+                               scalar(0, DType::Int64)}},
+                             {"x (2,3,4) axis -1, src (2,3,2)",
+                              {sample_randn({2, 3, 4}, r), sample_randn({2, 3, 2}, r), index_tensor({3, 3}, {2}),
+                               scalar(-1, DType::Int64)}}};
+                   }});
+XGRAD_REGISTER_OP({"topk(k 2)", [](const auto& x) { return topk(x[0], 2).values; },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"(3,5) distinct", {distinct_sample({3, 5}, r)}}, {"(4) distinct", {distinct_sample({4}, r)}}};
+                   }});
+XGRAD_REGISTER_OP({"topk(k 3, axis 0, smallest)", [](const auto& x) { return topk(x[0], 3, 0, false).values; },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"(4,2,3) distinct", {distinct_sample({4, 2, 3}, r)}}};
+                   }});
+XGRAD_REGISTER_OP({"topk(k 2, axis 1, unsorted)", [](const auto& x) { return topk(x[0], 2, 1, true, false).values; },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"(2,4,3) distinct", {distinct_sample({2, 4, 3}, r)}},
+                             {"(0,4) empty", {sample_randn({0, 4}, r)}, true}};
                    }});
 
 }  // namespace xgrad

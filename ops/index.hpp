@@ -1,5 +1,17 @@
-// xgrad/ops/index.hpp — integer indexing (embedding lookup and its adjoint).
+// xgrad/ops/index.hpp — integer indexing: lookups, gathers and their adjoints, arg-reductions.
+//
+// Indices are Int64 tensors. An index outside [0, size) is an IndexError naming the op, the
+// argument, the bad value, its position and the shapes; negative indices are refused, not
+// wrapped (as torch.gather / index_select / scatter_add / embedding).
+//
+// Differentiable pairs, each the other's adjoint, so everything here is differentiable twice:
+//   gather       <-> scatter_add      (torch.gather / Tensor.scatter_add)
+//   index_select <-> index_add        (torch.index_select / Tensor.index_add)
+//   embedding    <-> embedding_backward
+// topk's values are differentiable (their backward is gather's); indices never are.
 #pragma once
+#include <cstdint>
+
 #include "xgrad/framework/tensor.hpp"
 
 namespace xgrad {
@@ -12,5 +24,60 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 Tensor embedding_backward(const Tensor& g, const Tensor& indices, std::size_t num_rows);
 // (I..., num_classes) float tensor with 1 at each index (non-differentiable).
 Tensor one_hot(const Tensor& indices, std::size_t num_classes, DType dtype = DType::Float32);
+
+// --- arg-reductions (Int64 results, never differentiable) ------------------------------------
+// Position of the largest (smallest) element along `axis`, as torch.argmax / argmin: the first
+// one among ties, and a NaN counts as larger (smaller) than everything, so the first NaN wins.
+// x: Float32, Float64 or Int64 (DTypeError for Bool); the axis must not be empty (ShapeError),
+// other axes may be. keepdim keeps the axis with size 1. A rank-0 x takes axis 0 or -1.
+Tensor argmax(const Tensor& x, long axis, bool keepdim = false);
+Tensor argmin(const Tensor& x, long axis, bool keepdim = false);
+// Over every element of x (row-major flat position), a rank-0 result; x must not be empty.
+Tensor argmax(const Tensor& x);
+Tensor argmin(const Tensor& x);
+
+// --- top-k ---------------------------------------------------------------------------------
+// The k largest (largest = false: smallest) elements along `axis`, as torch.topk:
+//   values  X with axis size k, x's dtype (Float32, Float64 or Int64); differentiable in x:
+//           dx = scatter_add(zeros(X), axis, indices, g);
+//   indices Int64, same shape: positions along `axis`.
+// Order: sorted = true gives the values best first. Ties are broken by position, lower index
+// first (PyTorch leaves the order of ties unspecified: its topk returned [2, 4, 1] for three
+// tied 3s at positions 1, 2, 4; here it is [1, 2, 4]). NaN counts as larger than every
+// number, as in PyTorch (first for largest = true, never picked before a number for
+// largest = false). sorted = false gives the same k elements in increasing position order
+// (PyTorch: unspecified). Either way the result is the same on every machine.
+// k may be 0 (empty results, as PyTorch); k < 0 or k > x.size(axis) is a ValueError naming
+// k, the axis and x's shape. A rank-0 x takes axis 0 or -1 and k <= 1.
+struct TopK {
+  Tensor values;
+  Tensor indices;
+};
+TopK topk(const Tensor& x, long k, long axis = -1, bool largest = true, bool sorted = true);
+
+// --- gather / scatter_add ------------------------------------------------------------------
+// torch.gather(x, axis, index): index (Int64) has x's rank, index.size(d) <= x.size(d) for
+// every d != axis (ShapeError otherwise); the result has index's shape and x's dtype (any):
+//   y[i0..., i_axis, ...] = x[i0..., index[i0..., i_axis, ...], ...].
+// Differentiable in x (float): dx = scatter_add(zeros(X), axis, index, g).
+Tensor gather(const Tensor& x, long axis, const Tensor& index);
+// Tensor.scatter_add(axis, index, src): a copy of x with src added at the gathered positions,
+//   y = x;  y[i0..., index[i0..., j, ...], ...] += src[i0..., j, ...]
+// (repeated indices add up, in row-major order of index). x: float or Int64; src: x's dtype
+// and exactly index's shape (PyTorch also takes a larger src and ignores the rest: refused
+// here, so that scatter_add and gather stay exact adjoints). Differentiable in x and src:
+//   dx = g,  dsrc = gather(g, axis, index).
+Tensor scatter_add(const Tensor& x, long axis, const Tensor& index, const Tensor& src);
+
+// --- index_select / index_add --------------------------------------------------------------
+// torch.index_select(x, axis, index): index is 1-D Int64 (rank 0 counts as one index, as
+// PyTorch); the result is X with axis size len(index), x's dtype (any):
+//   y[..., j, ...] = x[..., index[j], ...].
+// Differentiable in x (float): dx = index_add(zeros(X), axis, index, g).
+Tensor index_select(const Tensor& x, long axis, const Tensor& index);
+// Tensor.index_add(axis, index, src): y = x;  y[..., index[j], ...] += src[..., j, ...]; src is X
+// with axis size len(index), x's dtype (float or Int64). Differentiable in x and src:
+//   dx = g,  dsrc = index_select(g, axis, index).
+Tensor index_add(const Tensor& x, long axis, const Tensor& index, const Tensor& src);
 
 }  // namespace xgrad

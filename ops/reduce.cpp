@@ -1,11 +1,15 @@
 // Reductions. Shapes: x: X (rank r); K: X with reduced axes set to 1 ("keepdim" shape).
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "xgrad/framework/parallel.hpp"
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/mask.hpp"
 #include "xgrad/ops/reduce.hpp"
 #include "xgrad/ops/shape.hpp"
+#include "xgrad/ops/softmax.hpp"
 
 namespace xgrad {
 namespace {
@@ -176,6 +180,160 @@ Tensor amax(const Tensor& x, const std::vector<long>& axes, bool keepdim) {
   return reshape(y, keepdim ? K : drop_reduced(x.shape(), axes));
 }
 
+namespace {
+
+// y[o, r] = log sum_i exp(x[o, i, r]), max-shifted; NaN row -> NaN, all -inf (or n = 0) -> -inf,
+// max +inf -> +inf (and has_posinf is set).
+template <class T> void logsumexp_rows(const T* x, const detail::AxisSplit& s, T* y, bool& has_posinf) {
+  const T inf = std::numeric_limits<T>::infinity();
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t r = 0; r < s.inner; ++r) {
+      const T* xr = x + o * s.n * s.inner + r;  // element i: xr[i * inner]
+      T m = -inf;
+      bool nan = false;
+      for (std::size_t i = 0; i < s.n; ++i) {
+        const T v = xr[i * s.inner];
+        if (std::isnan(v)) nan = true;
+        else m = std::max(m, v);
+      }
+      T out = m;  // -inf, +inf
+      if (nan) out = std::numeric_limits<T>::quiet_NaN();
+      else if (m == inf) has_posinf = true;
+      else if (m != -inf) {
+        T total = 0;
+        for (std::size_t i = 0; i < s.n; ++i) total += std::exp(xr[i * s.inner] - m);
+        out = m + std::log(total);
+      }
+      y[o * s.inner + r] = out;
+    }
+}
+
+// x with every row (along axis) whose maximum is +inf replaced by 0 at its +inf entries and
+// -inf elsewhere (a constant), so that softmax of it puts equal weight on the +inf entries:
+// the limit of logsumexp's gradient. Other rows are x itself (where() passes their gradient).
+Tensor posinf_rows_to_limit(const Tensor& x, std::size_t axis) {
+  const auto s = detail::split_at(x.shape(), axis);
+  auto mask = empty_array<bool>(x.shape());
+  Tensor limit = dispatch_float("logsumexp", x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T inf = std::numeric_limits<T>::infinity();
+    const T* px = value<T>(x).data();
+    auto c = empty_array<T>(x.shape());
+    for (std::size_t o = 0; o < s.outer; ++o)
+      for (std::size_t r = 0; r < s.inner; ++r) {
+        const std::size_t base = o * s.n * s.inner + r;
+        bool any = false;
+        for (std::size_t i = 0; i < s.n; ++i) any = any || px[base + i * s.inner] == inf;
+        for (std::size_t i = 0; i < s.n; ++i) {
+          const std::size_t k = base + i * s.inner;
+          mask.data()[k] = any;
+          c.data()[k] = px[k] == inf ? T(0) : -inf;
+        }
+      }
+    return make_tensor(std::move(c));
+  });
+  return where(make_tensor(std::move(mask)), limit, x);
+}
+
+// logsumexp over one axis, keepdim shape K.
+//   y = m + log sum exp(x - m);   dx = broadcast_to(g, X) * softmax(x, axis)
+Tensor logsumexp_axis(const Tensor& x, std::size_t axis) {
+  Shape K = x.shape();
+  K[axis] = 1;
+  const auto s = detail::split_at(x.shape(), axis);
+  bool has_posinf = false;
+  Tensor y = dispatch_float("logsumexp", x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    auto out = empty_array<T>(K, "logsumexp");
+    logsumexp_rows(value<T>(x).data(), s, out.data(), has_posinf);
+    return make_tensor(std::move(out));
+  });
+  const long ax = long(axis);
+  return record(
+      "logsumexp", y, {x},
+      [K, ax, has_posinf](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+        const Tensor& x = n.input(0);
+        const Tensor p = softmax(has_posinf ? posinf_rows_to_limit(x, std::size_t(ax)) : x, ax);
+        return {mul(broadcast_to(reshape(g, K), x.shape()), p)};
+      },
+      /*allow_nonfinite=*/s.n == 0);  // an empty axis gives -inf from no input at all
+}
+
+// y[o, i, r] = sum_{j <= i} x[o, j, r] (reverse: j >= i), accumulated in Acc.
+template <class T, class Acc>
+void cumsum_rows(const T* x, const detail::AxisSplit& s, T* y, bool reverse) {
+  std::vector<Acc> acc(s.inner);
+  for (std::size_t o = 0; o < s.outer; ++o) {
+    std::fill(acc.begin(), acc.end(), Acc(0));
+    for (std::size_t step = 0; step < s.n; ++step) {
+      const std::size_t i = reverse ? s.n - 1 - step : step;
+      const T* xr = x + (o * s.n + i) * s.inner;
+      T* yr = y + (o * s.n + i) * s.inner;
+      for (std::size_t r = 0; r < s.inner; ++r) {
+        acc[r] += Acc(xr[r]);
+        yr[r] = T(acc[r]);
+      }
+    }
+  }
+}
+
+// cumsum along axis (reverse: from the end);  dx = cumsum of g in the other direction.
+Tensor cumsum_dir(const Tensor& x, std::size_t axis, bool reverse) {
+  const char* op = "cumsum";
+  const auto s = detail::split_at(x.shape(), axis);
+  auto run = [&](auto zero, auto acc_zero) {
+    using T = decltype(zero);
+    auto out = empty_array<T>(x.shape(), op);
+    cumsum_rows<T, decltype(acc_zero)>(value<T>(x).data(), s, out.data(), reverse);
+    return make_tensor(std::move(out));
+  };
+  if (x.dtype() == DType::Int64) return run(std::int64_t{}, std::uint64_t{});  // wraps, no signed overflow
+  Tensor y = x.dtype() == DType::Float32 ? run(float{}, double{}) : run(double{}, double{});
+  return record(op, y, {x}, [axis, reverse](const Node&, const Tensor& g) -> std::vector<Tensor> {
+    return {cumsum_dir(g, axis, !reverse)};
+  });
+}
+
+}  // namespace
+
+Tensor logsumexp(const Tensor& x, const std::vector<long>& axes, bool keepdim) {
+  check_float("logsumexp", "x", x);
+  if (x.dim() == 0) {  // one element: axis 0 or -1, or every axis
+    for (long a : axes) normalize_axis("logsumexp", a, std::size_t(1));
+    return reshape(logsumexp_axis(reshape(x, {1}), 0), {});
+  }
+  const Shape K = keepdim_shape("logsumexp", x.shape(), axes);
+  const Shape out_shape = keepdim ? K : drop_reduced(x.shape(), axes);
+  std::vector<bool> reduced(x.dim(), axes.empty());
+  for (long a : axes) reduced[normalize_axis("logsumexp", a, x.shape())] = true;
+  const auto count = std::size_t(std::count(reduced.begin(), reduced.end(), true));
+  if (count == 1) {
+    const auto axis = std::size_t(std::find(reduced.begin(), reduced.end(), true) - reduced.begin());
+    return reshape(logsumexp_axis(x, axis), out_shape);
+  }
+  // Several axes: move them last and flatten them into one (as amax).
+  std::vector<std::size_t> perm;
+  Shape flat;
+  std::size_t r = 1;
+  for (std::size_t d = 0; d < x.dim(); ++d)
+    if (!reduced[d]) perm.push_back(d), flat.push_back(x.shape()[d]);
+  for (std::size_t d = 0; d < x.dim(); ++d)
+    if (reduced[d]) perm.push_back(d), r *= x.shape()[d];
+  flat.push_back(r);
+  return reshape(logsumexp_axis(reshape(permute(x, perm), flat), flat.size() - 1), out_shape);
+}
+
+Tensor cumsum(const Tensor& x, long axis) {
+  if (!x.defined()) throw_error<ValueError>("cumsum", "argument 'x' is undefined");
+  if (x.dtype() == DType::Bool)
+    throw_error<DTypeError>("cumsum", "argument 'x' must be float32, float64 or int64, got bool of shape ", x.shape());
+  if (x.dim() == 0) {
+    normalize_axis("cumsum", axis, std::size_t(1));  // IndexError unless 0 or -1
+    return reshape(cumsum_dir(reshape(x, {1}), 0, false), {});
+  }
+  return cumsum_dir(x, normalize_axis("cumsum", axis, x.shape()), false);
+}
+
 // y = x summed to S;  dx = broadcast_to(g, X)
 Tensor sum_to(const Tensor& x, const Shape& shape) {
   check_float("sum_to", "x", x);
@@ -244,6 +402,39 @@ XGRAD_REGISTER_OP({"max(axis 1)", [](const auto& x) { return max(x[0], 1); }, ma
 XGRAD_REGISTER_OP({"max(axis -1, keepdim)", [](const auto& x) { return max(x[0], -1, true); },
                    max_samples});
 XGRAD_REGISTER_OP({"amax(axes 0,2)", [](const auto& x) { return amax(x[0], {0, 2}); }, max_samples});
+// logsumexp: one axis (last, first, middle), several axes, every axis, and rows with -inf
+// entries (a masked logit: zero probability, zero gradient).
+namespace {
+std::vector<OpSample> logsumexp_samples(Rng& r) {
+  const double ninf = -std::numeric_limits<double>::infinity();
+  Tensor masked = tensor({0.3, ninf, -1.2, 2.0, ninf, 0.5, 0.7, -0.4}, {2, 4}, DType::Float64);
+  masked.set_requires_grad(true);
+  return {{"(2,3,4)", {sample_randn({2, 3, 4}, r)}},
+          {"(3,2) large values", {sample_uniform({3, 2}, 500, 800, r)}},
+          {"(2,4) with -inf entries", {masked}}};
+}
+}  // namespace
+XGRAD_REGISTER_OP({"logsumexp(axis -1)", [](const auto& x) { return logsumexp(x[0], {-1}); }, logsumexp_samples});
+XGRAD_REGISTER_OP({"logsumexp(axis 0, keepdim)", [](const auto& x) { return logsumexp(x[0], {0}, true); },
+                   logsumexp_samples});
+XGRAD_REGISTER_OP({"logsumexp(axes 0,-1)", [](const auto& x) { return logsumexp(x[0], {0, -1}); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"(2,3,4)", {sample_randn({2, 3, 4}, r)}}, {"(3,2)", {sample_randn({3, 2}, r)}}};
+                   }});
+XGRAD_REGISTER_OP({"logsumexp(all)", [](const auto& x) { return logsumexp(x[0], {}); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"(2,3)", {sample_randn({2, 3}, r)}}, {"()", {sample_randn({}, r)}}};
+                   }});
+XGRAD_REGISTER_OP({"cumsum(axis 1)", [](const auto& x) { return cumsum(x[0], 1); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"(2,3,4)", {sample_randn({2, 3, 4}, r)}}, {"(3,5)", {sample_randn({3, 5}, r)}},
+                             {"(0,3) empty", {sample_randn({0, 3}, r)}, true}};
+                   }});
+XGRAD_REGISTER_OP({"cumsum(axis -1)", [](const auto& x) { return cumsum(x[0], -1); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"(2,3,4)", {sample_randn({2, 3, 4}, r)}}, {"(6)", {sample_randn({6}, r)}},
+                             {"()", {sample_randn({}, r)}}};
+                   }});
 XGRAD_REGISTER_OP({"sum_to", [](const auto& x) { return sum_to(x[0], {3, 1}); },
                    [](Rng& r) -> std::vector<OpSample> {
                      return {{"(2,3,4) -> (3,1)", {sample_randn({2, 3, 4}, r)}},

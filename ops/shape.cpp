@@ -130,6 +130,20 @@ Tensor transpose(const Tensor& x, long axis0, long axis1) {
   return permute(x, perm);
 }
 
+// (B, C, H, W) -> (B, C, H/p, p, W/p, p) -> (B, H/p, W/p, C, p, p) -> (B, N, C p p);
+// dx: the same three ops' gradients (reshape, permute back, reshape).
+Tensor patchify(const Tensor& images, std::size_t p) {
+  check_float("patchify", "images", images);
+  check_rank("patchify", "images", images, 4, "(B, C, H, W)");
+  const Shape& s = images.shape();
+  if (p == 0 || s[2] % p != 0 || s[3] % p != 0)
+    throw_error<ValueError>("patchify", "patch size ", p, " must divide the height ", s[2], " and width ", s[3],
+                            " of argument 'images' ", s);
+  const std::size_t B = s[0], C = s[1], h = s[2] / p, w = s[3] / p;
+  Tensor tiles = reshape(images, {B, C, h, p, w, p});
+  return reshape(permute(tiles, {0, 2, 4, 1, 3, 5}), {B, h * w, C * p * p});
+}
+
 // x: (outer, n, inner) -> y: (outer, length, inner), y[o, i, r] = x[o, start + i, r]
 // dx = unnarrow(g, axis, start, n)
 Tensor narrow(const Tensor& x, long axis, std::size_t start, std::size_t length) {
@@ -301,6 +315,11 @@ XGRAD_REGISTER_OP({"split", [](const auto& x) {
                    },
                    [](Rng& r) -> std::vector<OpSample> {
                      return {{"(4,2)", {sample_randn({4, 2}, r)}}};
+                   }});
+XGRAD_REGISTER_OP({"patchify(2)", [](const auto& x) { return patchify(x[0], 2); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"(2,3,4,6)", {sample_randn({2, 3, 4, 6}, r)}}, {"(1,1,2,2)", {sample_randn({1, 1, 2, 2}, r)}},
+                             {"(0,3,4,4) empty batch", {sample_randn({0, 3, 4, 4}, r)}, true}};
                    }});
 
 }  // namespace xgrad

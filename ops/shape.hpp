@@ -19,6 +19,18 @@ Tensor transpose(const Tensor& x, long axis0, long axis1);
 Tensor split_heads(const Tensor& x, std::size_t num_heads);
 Tensor merge_heads(const Tensor& x);
 
+// Non-overlapping patch x patch tiles of images (B, C, H, W) -> (B, N, C * patch * patch),
+// N = (H / p) * (W / p), p = patch: patches in row-major order (patch (i, j) is number
+// i * (W / p) + j), each flattened in (C, p, p) order:
+//   y[b, i * (W / p) + j, (c * p + u) * p + v] = x[b, c, i * p + u, j * p + v].
+// That is torch's x.unfold(2, p, p).unfold(3, p, p).permute(0, 2, 3, 1, 4, 5).reshape(B, N, -1),
+// the layout a Conv2d(C, E, kernel_size=p, stride=p) patch embedding reads (timm's PatchEmbed:
+// its weight (E, C, p, p) reshaped to (E, C*p*p) is a linear layer on these rows). einops'
+// 'b c (h p1) (w p2) -> b (h w) (p1 p2 c)' (lucidrains' vit-pytorch) orders each patch (p, p, C)
+// instead. Built from reshape and permute, so differentiable twice. ShapeError unless images is
+// rank 4; ValueError if patch is 0 or does not divide H and W.
+Tensor patchify(const Tensor& images, std::size_t patch);
+
 // x.narrow(axis, start, length) in PyTorch: elements [start, start + length) of `axis`.
 // IndexError unless start + length <= x.size(axis).
 Tensor narrow(const Tensor& x, long axis, std::size_t start, std::size_t length);

@@ -162,6 +162,46 @@ Tensor erf(const Tensor& x) {
   });
 }
 
+// y = |x|;  dx = g * sign(x)   (sign(0) = 0; a constant: abs'' = 0 away from 0)
+Tensor abs(const Tensor& x) {
+  Tensor y = map_float("abs", x, [](const auto& v, auto) { return xt::abs(v); });
+  return record("abs", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    Tensor sign = map_float("abs", n.input(0), [](const auto& v, auto t) {
+      using T = decltype(t);
+      return xt::where(v > T(0), T(1), xt::where(v < T(0), T(-1), T(0)));
+    });
+    return {mul(g, sign)};
+  });
+}
+
+// y = min(max(x, lo), hi), a missing bound +-inf;  dx = g * [lo <= x <= hi]  (a constant mask)
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+  check_float("clamp", "x", x);
+  if (!min && !max) throw_error<ValueError>("clamp", "at least one of 'min' and 'max' must be given");
+  if (min && std::isnan(*min)) throw_error<ValueError>("clamp", "argument 'min' is NaN");
+  if (max && std::isnan(*max)) throw_error<ValueError>("clamp", "argument 'max' is NaN");
+  const double lo = min ? *min : -INFINITY, hi = max ? *max : INFINITY;
+  Tensor y = dispatch_float("clamp", x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = value<T>(x).data();
+    auto out = empty_array<T>(x.shape(), "clamp");
+    for (std::size_t i = 0; i < x.numel(); ++i) {
+      T v = px[i];
+      if (v < T(lo)) v = T(lo);
+      if (v > T(hi)) v = T(hi);  // after lo: min > max gives max everywhere; NaN stays NaN
+      out.data()[i] = v;
+    }
+    return make_tensor(std::move(out));
+  });
+  return record("clamp", y, {x}, [lo, hi](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    Tensor pass = map_float("clamp", n.input(0), [lo, hi](const auto& v, auto t) {
+      using T = decltype(t);
+      return xt::where(v >= T(lo) && v <= T(hi), T(1), T(0));
+    });
+    return {mul(g, pass)};
+  });
+}
+
 // Exact (GeluApproximation::None):
 //   y = x * Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2
 //   dx = g * (Phi(x) + x * phi(x)),  phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
@@ -258,8 +298,29 @@ std::vector<OpSample> relu_samples(Rng& rng) {
   x.set_requires_grad(true);
   return {{"(2,3) both signs", {x}}, {"empty (0,3)", {sample_uniform({0, 3}, 0.1, 1, rng)}, true}};
 }
+// |x| in [0.1, 2] with random signs: no value near abs's or clamp's kinks (0, and the
+// bounds -0.5, 0, 0.3, 0.8 used below, at least 0.05 away); the first element is 0.15.
+std::vector<OpSample> kink_free_samples(Rng& rng) {
+  auto draw = [&rng](const Shape& shape) {
+    std::vector<double> v(numel(shape));
+    for (auto& e : v) {
+      do e = rng.uniform(-2, 2);
+      while (std::abs(e) < 0.1 || std::abs(e + 0.5) < 0.05 || std::abs(e - 0.3) < 0.05 || std::abs(e - 0.8) < 0.05);
+    }
+    if (!v.empty()) v[0] = 0.15;  // inside every clamp range below: never an all-zero gradient
+    Tensor x = tensor(v, shape, DType::Float64);
+    x.set_requires_grad(true);
+    return x;
+  };
+  return {{"(3,4)", {draw({3, 4})}}, {"(5)", {draw({5})}}, {"scalar", {draw({})}},
+          {"empty (0,3)", {sample_uniform({0, 3}, 0.1, 1, rng)}, true}};
+}
 }  // namespace
 
+XGRAD_REGISTER_OP({"abs", [](const auto& x) { return abs(x[0]); }, kink_free_samples});
+XGRAD_REGISTER_OP({"clamp(-0.5, 0.8)", [](const auto& x) { return clamp(x[0], -0.5, 0.8); }, kink_free_samples});
+XGRAD_REGISTER_OP({"clamp(min 0)", [](const auto& x) { return clamp_min(x[0], 0.0); }, kink_free_samples});
+XGRAD_REGISTER_OP({"clamp(max 0.3)", [](const auto& x) { return clamp_max(x[0], 0.3); }, kink_free_samples});
 XGRAD_REGISTER_OP({"exp", [](const auto& x) { return exp(x[0]); },
                    [](Rng& r) { return samples(r, -2, 2); }});
 XGRAD_REGISTER_OP({"log", [](const auto& x) { return log(x[0]); },

@@ -237,4 +237,18 @@ struct TmpDir {
   }
 };
 
+// fn() must throw the documented exception class `kind` ("ValueError", ... as error_kind
+// names them) with every one of `parts` in its message.
+template <class F>
+void expect_throws(F&& fn, const char* kind, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    BOOST_ERROR("no exception; expected " << kind);
+  } catch (const std::exception& e) {
+    BOOST_TEST(std::string(error_kind(e)) == kind, error_kind(e) << ": " << e.what());
+    for (const auto& p : parts)
+      BOOST_TEST(std::string(e.what()).find(p) != std::string::npos, "'" << p << "' not in: " << e.what());
+  }
+}
+
 }  // namespace xgrad::test

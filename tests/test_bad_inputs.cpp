@@ -28,10 +28,12 @@
 #include "xgrad/models/module.hpp"
 #include "xgrad/models/optim.hpp"
 #include "xgrad/models/transformer.hpp"
+#include "xgrad/ops/compare.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/index.hpp"
 #include "xgrad/ops/mask.hpp"
 #include "xgrad/ops/matmul.hpp"
+#include "xgrad/ops/random.hpp"
 #include "xgrad/ops/reduce.hpp"
 #include "xgrad/ops/shape.hpp"
 #include "xgrad/ops/softmax.hpp"
@@ -174,6 +176,54 @@ BOOST_AUTO_TEST_CASE(table) {
       {"where", "'cond'", "float64"});
   push("logical_or: shapes", [] { logical_or(bools({2, 3}), bools({3, 2})); }, "ShapeError",
       {"logical_or", "(2, 3)", "(3, 2)"});
+  // selection, indexing and sampling (tests/test_select_ops.cpp has more of them)
+  push("lt: mixed dtypes", [] { lt(f32({2}), f64({2})); }, "DTypeError", {"lt", "'a'", "float32", "'b'", "float64"});
+  push("eq: shapes not broadcastable", [] { eq(f64({2, 3}), f64({2})); }, "ShapeError", {"eq", "(2, 3)", "(2)"});
+  push("clamp: no bound", [] { clamp(f64({2}), std::nullopt, std::nullopt); }, "ValueError", {"clamp", "'min'", "'max'"});
+  push("clamp: NaN bound", [] { clamp(f64({2}), std::nan(""), 1.0); }, "ValueError", {"clamp", "'min'", "NaN"});
+  push("maximum: float32 with float64", [] { maximum(f32({2}), f64({2})); }, "DTypeError", {"maximum", "float32", "float64"});
+  push("argmax: empty axis", [] { argmax(f64({2, 0}), 1); }, "ShapeError", {"argmax", "'x'", "(2, 0)", "axis 1"});
+  push("argmax: bool input", [] { argmax(bools({3}), 0); }, "DTypeError", {"argmax", "'x'", "bool"});
+  push("topk: k larger than the axis", [] { topk(f64({2, 3}), 4); }, "ValueError",
+      {"topk", "k = 4", "size 3", "'x'", "(2, 3)"});
+  push("gather: index out of range", [] { gather(f64({2, 3}), 1, ints({0, 3}, {1, 2})); }, "IndexError",
+      {"gather", "index 3", "position (0, 1)", "'index' (1, 2)", "axis 1", "'x' (2, 3)"});
+  push("gather: negative index", [] { gather(f64({2, 3}), 0, ints({-1}, {1, 1})); }, "IndexError",
+      {"gather", "index -1", "position (0, 0)"});
+  push("gather: index of another rank", [] { gather(f64({2, 3}), 1, ints({0}, {1})); }, "ShapeError",
+      {"gather", "'index' (1)", "'x' (2, 3)"});
+  push("scatter_add: src shape differs from index", [] { scatter_add(f64({2, 3}), 1, ints({0, 1}, {1, 2}), f64({2, 2})); },
+      "ShapeError", {"scatter_add", "'src' (2, 2)", "'index' (1, 2)"});
+  push("index_select: 2-D index", [] { index_select(f64({2, 3}), 1, ints({0, 1}, {1, 2})); }, "ShapeError",
+      {"index_select", "'index' (1, 2)"});
+  push("index_add: index past the end", [] { index_add(f64({2, 3}), 0, ints({2}, {1}), f64({1, 3})); }, "IndexError",
+      {"index_add", "index 2", "axis 0", "'x' (2, 3)"});
+  push("logsumexp: int64 input", [] { logsumexp(ints({1, 2}, {2}), {0}); }, "DTypeError", {"logsumexp", "'x'", "int64"});
+  push("cumsum: axis out of range", [] { cumsum(f64({2, 3}), 2); }, "IndexError", {"cumsum", "axis 2", "(2, 3)"});
+  push("arange: step 0", [] { arange(0.0, 1.0, 0.0); }, "ValueError", {"arange", "step"});
+  push("arange: step away from end", [] { arange(5.0, 0.0, 1.0); }, "ValueError", {"arange", "step 1", "start 5", "end 0"});
+  push("arange: more than 2^40 elements", [] { arange(0.0, 1e15, 1.0); }, "ValueError", {"arange", "2^40"});
+  // Sampling errors are raised before the first draw: the generator's state is unchanged.
+  auto sample_rng = std::make_shared<Rng>(3);
+  auto rng_state = [sample_rng] { return std::to_string(Rng(*sample_rng)()); };  // its next output
+  push("randint: low >= high", [sample_rng] { randint(2, 2, {3}, *sample_rng); }, "ValueError",
+      {"randint", "low = 2", "high = 2"}, rng_state);
+  push("multinomial: a row of zeros", [sample_rng] {
+        multinomial(tensor({1, 1, 0, 0}, {2, 2}, DType::Float64), 1, true, *sample_rng);
+      }, "ValueError", {"multinomial", "row 1", "'weights' (2, 2)", "sums to 0"}, rng_state);
+  push("multinomial: negative weight in the second row", [sample_rng] {
+        multinomial(tensor({1, 1, 2, -1}, {2, 2}, DType::Float64), 1, true, *sample_rng);
+      }, "ValueError", {"multinomial", "row 1", "weight -1", "class 1"}, rng_state);
+  push("multinomial: too few classes without replacement", [sample_rng] {
+        multinomial(tensor({1, 0, 2}, {3}, DType::Float64), 3, false, *sample_rng);
+      }, "ValueError", {"multinomial", "3 distinct samples", "row 0", "2 non-zero"}, rng_state);
+  push("sample_categorical: temperature 0", [sample_rng] { sample_categorical(f64({2, 3}), *sample_rng, 0.0); },
+      "ValueError", {"sample_categorical", "temperature", "argmax"}, rng_state);
+  push("sample_categorical: a row of -inf", [sample_rng] {
+        sample_categorical(tensor({1, 2, -INFINITY, -INFINITY}, {2, 2}, DType::Float64), *sample_rng);
+      }, "ValueError", {"sample_categorical", "row 1", "'logits' (2, 2)"}, rng_state);
+  push("patchify: patch does not divide the image", [] { patchify(f64({1, 1, 5, 4}), 2); }, "ValueError",
+      {"patchify", "patch size 2", "height 5", "(1, 1, 5, 4)"});
   push("cross_entropy: float targets", [] { cross_entropy(f64({2, 3}), f64({2})); }, "DTypeError",
       {"cross_entropy", "'targets'", "int64", "float64"});
   push("cross_entropy: target out of range", [] { cross_entropy(f64({2, 3}), ints({0, 7}, {2})); }, "IndexError",

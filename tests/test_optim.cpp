@@ -1,17 +1,24 @@
 // Optimizers against torch.optim's documented update rules (recomputed here in double with
 // plain loops), all-or-nothing steps, state_dict round trips, gradient clipping and the
-// warmup + cosine schedule.
+// warmup + cosine schedule; parameter groups (per-group hyper-parameters by hand and against
+// PyTorch, schedules scaling every group, state and checkpoints with groups, errors) and
+// decay_groups (nanoGPT's weight-decay groups).
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
 
+#include "golden.hpp"
+#include "expect_error.hpp"
 #include "helpers.hpp"
 #include "xgrad/framework/array.hpp"
 #include "xgrad/framework/errors.hpp"
 #include "xgrad/framework/tensor.hpp"
+#include "xgrad/models/checkpoint.hpp"
+#include "xgrad/models/containers.hpp"
 #include "xgrad/models/module.hpp"
 #include "xgrad/models/optim.hpp"
+#include "xgrad/models/transformer.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/matmul.hpp"
 #include "xgrad/ops/reduce.hpp"
@@ -19,6 +26,7 @@
 using namespace xgrad;
 using test::same_bits;
 using test::allclose;
+using test::expect_error;
 
 namespace {
 
@@ -634,5 +642,396 @@ BOOST_AUTO_TEST_CASE(warmup_cosine_schedule) {
   BOOST_CHECK_THROW(warmup_cosine_lr(0, base, 1, 10, 2 * base), ValueError);
   BOOST_CHECK_THROW(warmup_cosine_lr(0, -base, 1, 10, 0), ValueError);
 }
+
+// --- parameter groups --------------------------------------------------------------------
+
+namespace {
+
+// w in group 0, b in group 1.
+std::vector<ParamGroup> two_groups(Tiny& m) {
+  return {ParamGroup({{"w", m.w}}).name("matrices"), ParamGroup({{"b", m.b}}).name("vectors")};
+}
+
+std::vector<std::string> names(const NamedTensors& ts) {
+  std::vector<std::string> out;
+  for (const auto& [n, t] : ts) out.push_back(n);
+  return out;
+}
+
+}  // namespace
+
+// Each group's own lr / weight_decay / momentum / nesterov / betas / eps against the reference
+// rules run with that group's values; the options fill in what a group does not set.
+BOOST_AUTO_TEST_CASE(groups_use_their_own_hyperparameters) {
+  for (DType dt : kDTypes) {
+    BOOST_TEST_CONTEXT("SGD, " << dtype_name(dt)) {
+      Tiny m(dt);
+      auto g = two_groups(m);
+      g[0].weight_decay(0.01);
+      g[1].lr(0.3).momentum(0.5).nesterov(true);
+      SGD opt(g, SGDOptions(0.1).momentum(0.9));
+      BOOST_TEST(opt.num_groups() == 2u);
+      BOOST_TEST(opt.group_lr(0) == 0.1);
+      BOOST_TEST(opt.group_lr(1) == 0.3);  // exactly the group's value while lr is unchanged
+      check_three_steps(m, opt, SgdRef{0.1, 0.9, 0, 0.01, false, {}}, SgdRef{0.3, 0.5, 0, 0, true, {}});
+    }
+    BOOST_TEST_CONTEXT("Adam, " << dtype_name(dt)) {
+      Tiny m(dt);
+      auto g = two_groups(m);
+      g[0].betas(0.8, 0.99).weight_decay(0.1);
+      g[1].lr(0.01).eps(1e-6);
+      Adam opt(g, AdamOptions(0.05));
+      check_three_steps(m, opt, AdamRef(0.05, 0.8, 0.99, 1e-8, 0.1), AdamRef(0.01, 0.9, 0.999, 1e-6, 0.0));
+    }
+    BOOST_TEST_CONTEXT("AdamW, " << dtype_name(dt)) {
+      Tiny m(dt);
+      auto g = two_groups(m);
+      g[1].weight_decay(0.0).lr(0.2);  // group 0 keeps the options' weight decay 0.5
+      AdamW opt(g, AdamWOptions(0.1).betas(0.9, 0.95).weight_decay(0.5));
+      check_three_steps(m, opt, AdamRef(0.1, 0.9, 0.95, 1e-8, 0.5, true), AdamRef(0.2, 0.9, 0.95, 1e-8, 0.0, true));
+    }
+  }
+}
+
+// One group holding everything is the flat optimizer, bit for bit, and writes the same state.
+BOOST_AUTO_TEST_CASE(one_group_is_the_flat_optimizer) {
+  Tiny a(DType::Float32), b(DType::Float32);
+  AdamW flat(a.named_parameters(), AdamWOptions(0.1).weight_decay(0.2));
+  AdamW grouped(std::vector<ParamGroup>{ParamGroup(b.named_parameters())}, AdamWOptions(0.1).weight_decay(0.2));
+  BOOST_TEST((flat.num_groups() == 1u && grouped.num_groups() == 1u));
+  for (int t = 0; t < 3; ++t) {
+    set_grads(a, t);
+    set_grads(b, t);
+    flat.step();
+    grouped.step();
+  }
+  BOOST_TEST(same_bits(a.w, b.w));
+  BOOST_TEST(same_bits(a.b, b.b));
+  BOOST_TEST(same_state(flat.state_dict(), grouped.state_dict()));
+  BOOST_TEST((names(flat.state_dict()) ==
+              std::vector<std::string>{"step", "exp_avg.w", "exp_avg_sq.w", "step.w", "exp_avg.b", "exp_avg_sq.b", "step.b"}));
+}
+
+// A schedule sets opt.lr; every group keeps its ratio to it (torch's LambdaLR multiplies each
+// group's initial lr by the same factor).
+BOOST_AUTO_TEST_CASE(schedule_scales_every_group) {
+  Tiny m(DType::Float64);
+  auto g = two_groups(m);
+  g[1].lr(0.03);
+  SGD opt(g, 0.01);
+  SgdRef ref_w{0.01, 0, 0, 0, false, {}}, ref_b{0.03, 0, 0, 0, false, {}};
+  Vec pw = kW0, pb = kB0;
+  for (int t = 0; t < 3; ++t) {
+    const double factor = warmup_cosine_lr(t, 1.0, 2, 3, 0.1);  // 0.5, 1, 0.1 * ...
+    opt.lr = 0.01 * factor;
+    BOOST_TEST(opt.group_lr(0) == 0.01 * factor);
+    BOOST_TEST(opt.group_lr(1) == 0.03 * factor, boost::test_tools::tolerance(1e-15));
+    set_grads(m, t);
+    opt.step();
+    ref_w.lr = 0.01 * factor;
+    ref_b.lr = 0.03 * factor;
+    ref_w.step(pw, grad_w(t));
+    ref_b.step(pb, grad_b(t));
+    BOOST_TEST(allclose(m.w, pw, 1e-15, 1e-16));
+    BOOST_TEST(allclose(m.b, pb, 1e-15, 1e-16));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(group_errors_name_the_group_and_the_parameter) {
+  Tiny m(DType::Float32);
+  Tensor other = zeros({2}).set_requires_grad();
+  // The same tensor in two groups (under two names, or one).
+  expect_error<ValueError>([&] { SGD o({ParamGroup({{"w", m.w}}), ParamGroup({{"w2", m.w}}).name("again")}, 0.1); },
+                           {"Optimizer", "'w2'", "group 1 'again'", "same tensor as parameter 'w'", "group 0",
+                            "one group only"});
+  expect_error<ValueError>([&] { SGD o({ParamGroup({{"w", m.w}}), ParamGroup({{"w", m.w}})}, 0.1); },
+                           {"Optimizer", "'w'", "more than once", "group 0 and group 1"});
+  expect_error<ValueError>([&] { SGD o({ParamGroup({{"p", m.w}}), ParamGroup({{"p", other}})}, 0.1); },
+                           {"Optimizer", "'p'", "more than once", "group 0 and group 1"});
+  expect_error<ValueError>([&] { SGD o({ParamGroup({{"w", m.w}, {"x", m.w}})}, 0.1); },
+                           {"Optimizer", "'x'", "same tensor as an earlier one ('w')"});
+  // Options a group may not set.
+  expect_error<ValueError>([&] { Adam o({ParamGroup({{"w", m.w}}).name("g").momentum(0.9)}, 0.1); },
+                           {"Adam", "group 0 'g'", "'momentum'", "may set lr, weight_decay, betas, eps"});
+  expect_error<ValueError>([&] { AdamW o({ParamGroup({{"w", m.w}}), ParamGroup({{"b", m.b}}).nesterov(true)}, 0.1); },
+                           {"AdamW", "group 1", "'nesterov'"});
+  expect_error<ValueError>([&] { SGD o({ParamGroup({{"w", m.w}}).betas(0.9, 0.9)}, 0.1); },
+                           {"SGD", "group 0", "'betas'", "momentum, dampening, nesterov"});
+  expect_error<ValueError>([&] { SGD o({ParamGroup({{"w", m.w}}).eps(1e-8)}, 0.1); }, {"SGD", "'eps'"});
+  // Invalid group values, named with the group.
+  auto bad_wd = two_groups(m);
+  bad_wd[1].weight_decay(-1.0);
+  expect_error<ValueError>([&] { AdamW o(bad_wd, 0.1); },
+                           {"AdamW", "group 1 'vectors'", "weight_decay must be finite and >= 0", "-1"});
+  auto bad_beta = two_groups(m);
+  bad_beta[0].betas(0.9, 1.0);
+  expect_error<ValueError>([&] { Adam o(bad_beta, 0.1); }, {"Adam", "group 0 'matrices'", "beta2", "[0, 1)"});
+  auto bad_nesterov = two_groups(m);
+  bad_nesterov[1].nesterov(true);
+  expect_error<ValueError>([&] { SGD o(bad_nesterov, 0.1); }, {"SGD", "group 1 'vectors'", "nesterov", "momentum 0"});
+  auto neg_lr = two_groups(m);
+  neg_lr[1].lr(-0.5);
+  expect_error<ValueError>([&] { SGD o(neg_lr, 0.1); }, {"SGD", "group 1 'vectors'", "lr", "-0.5"});
+  auto zero_base = two_groups(m);
+  zero_base[1].lr(0.5);
+  expect_error<ValueError>([&] { SGD o(zero_base, 0.0); },
+                           {"Optimizer", "group 1 'vectors'", "sets lr 0.5", "optimizer's lr is 0", "multiple"});
+  SGD ok(two_groups(m), 0.1);
+  expect_error<IndexError>([&] { ok.group(2); }, {"SGD::group", "group 2", "2 groups"});
+  BOOST_TEST(ok.group(1).name() == "vectors");
+  BOOST_TEST(ok.group_of(1) == 1u);
+  expect_error<IndexError>([&] { ok.group_of(2); }, {"SGD::group_of", "parameter 2", "2 parameters"});
+  SGD zero_groups(std::vector<ParamGroup>{}, 0.1);  // no group at all: one empty group
+  BOOST_TEST(zero_groups.num_groups() == 1u);
+  zero_groups.step();
+}
+
+// state_dict with groups: the group of every parameter is recorded; a state loads only into an
+// optimizer grouped the same way (errors name the group and the parameter; nothing changes).
+BOOST_AUTO_TEST_CASE(state_dict_with_groups_round_trip_and_mismatches) {
+  Tiny m(DType::Float32);
+  auto g = two_groups(m);
+  g[1].lr(0.05).weight_decay(0.0);
+  AdamW opt(g, AdamWOptions(0.1).weight_decay(0.3));
+  for (int t = 0; t < 2; ++t) {
+    set_grads(m, t);
+    opt.step();
+  }
+  const NamedTensors sd = opt.state_dict();
+  BOOST_TEST((names(sd) == std::vector<std::string>{"step", "param_groups", "param_group.w", "param_group.b",
+                                                     "exp_avg.w", "exp_avg_sq.w", "step.w", "exp_avg.b",
+                                                     "exp_avg_sq.b", "step.b"}));
+  BOOST_TEST(sd[1].second.to_vector() == (Vec{2}));
+  BOOST_TEST(sd[3].second.to_vector() == (Vec{1}));
+  // Round trip: a new optimizer with the same groups continues exactly.
+  Tiny m2(DType::Float32);
+  m2.load_parameters(m.named_parameters());
+  auto g2 = two_groups(m2);
+  g2[1].lr(0.05).weight_decay(0.0);
+  AdamW resumed(g2, AdamWOptions(0.1).weight_decay(0.3));
+  resumed.load_state_dict(sd);
+  BOOST_TEST(same_state(resumed.state_dict(), sd));
+  set_grads(m, 2);
+  set_grads(m2, 2);
+  opt.step();
+  resumed.step();
+  BOOST_TEST(same_bits(m.w, m2.w));
+  BOOST_TEST(same_bits(m.b, m2.b));
+
+  // Mismatches.
+  Tiny m3(DType::Float32);
+  AdamW flat(m3.named_parameters(), 0.1);
+  const NamedTensors flat_before = flat.state_dict();
+  expect_error<ValueError>([&] { flat.load_state_dict(sd); }, {"AdamW::load_state_dict", "2 parameter groups", "has 1"});
+  BOOST_TEST(same_state(flat.state_dict(), flat_before));
+  AdamW swapped({ParamGroup({{"b", m3.b}}).name("first"), ParamGroup({{"w", m3.w}}).name("second")}, 0.1);
+  const NamedTensors swapped_before = swapped.state_dict();
+  expect_error<ValueError>([&] { swapped.load_state_dict(sd); },
+                           {"AdamW::load_state_dict", "parameter 'w'", "group 0 of the state", "group 1 'second'"});
+  BOOST_TEST(same_state(swapped.state_dict(), swapped_before));
+  AdamW grouped(two_groups(m3), 0.1);
+  set_grads(m, 0);
+  AdamW flat_trained(m.named_parameters(), 0.1);
+  flat_trained.step();
+  expect_error<ValueError>([&] { grouped.load_state_dict(flat_trained.state_dict()); },
+                           {"AdamW::load_state_dict", "no parameter groups", "one group", "has 2"});
+  // Crafted structure entries.
+  auto edited = [&](const std::string& entry, const Tensor& value) { return test::replaced(sd, entry, value); };
+  auto without = [&](const std::string& entry) { return test::removed(sd, entry); };
+  const NamedTensors grouped_before = grouped.state_dict();
+  expect_error<DTypeError>([&] { grouped.load_state_dict(edited("param_groups", scalar(2.0))); },
+                           {"'param_groups'", "int64 scalar"});
+  expect_error<ValueError>([&] { grouped.load_state_dict(edited("param_groups", index_tensor({3}, {}))); },
+                           {"3 parameter groups", "has 2"});
+  expect_error<ValueError>([&] { grouped.load_state_dict(edited("param_group.b", index_tensor({7}, {}))); },
+                           {"parameter 'b'", "group 7 of the state", "group 1 'vectors'"});
+  expect_error<DTypeError>([&] { grouped.load_state_dict(edited("param_group.b", index_tensor({1, 1}, {2}))); },
+                           {"'param_group.b'", "int64 scalar"});
+  expect_error<ValueError>([&] { grouped.load_state_dict(without("param_group.b")); },
+                           {"missing entry 'param_group.b'", "group 1 'vectors'"});
+  expect_error<ValueError>([&] { grouped.load_state_dict(without("param_groups")); }, {"missing entry 'param_groups'"});
+  NamedTensors extra = sd;
+  extra.emplace_back("param_group.nope", index_tensor({0}, {}));
+  expect_error<ValueError>([&] { grouped.load_state_dict(extra); }, {"'param_group.nope'", "names no parameter"});
+  BOOST_TEST(same_state(grouped.state_dict(), grouped_before));
+}
+
+BOOST_AUTO_TEST_CASE(checkpoint_round_trip_with_groups) {
+  test::TmpDir dir;
+  Rng rng(5);
+  Sequential model{std::make_unique<Linear>(3, 4, true, rng), std::make_unique<LayerNorm>(4),
+                   std::make_unique<Linear>(4, 2, true, rng)};
+  AdamW opt(decay_groups(model, 0.1), AdamWOptions(0.01).betas(0.9, 0.95));
+  Tensor x = randn({5, 3}, rng);
+  auto train_step = [&](Sequential& mdl, Optimizer& o) {
+    mdl.zero_grad();
+    sum(mul(mdl(x), mdl(x))).backward();
+    o.step();
+  };
+  train_step(model, opt);
+  train_step(model, opt);
+  save_checkpoint(dir / "ckpt.safetensors", model, &opt);
+
+  Rng rng2(99);
+  Sequential model2{std::make_unique<Linear>(3, 4, true, rng2), std::make_unique<LayerNorm>(4),
+                    std::make_unique<Linear>(4, 2, true, rng2)};
+  AdamW opt2(decay_groups(model2, 0.1), AdamWOptions(0.01).betas(0.9, 0.95));
+  load_checkpoint(dir / "ckpt.safetensors", model2, &opt2);
+  train_step(model, opt);
+  train_step(model2, opt2);
+  for (std::size_t i = 0; i < model.named_parameters().size(); ++i)
+    BOOST_TEST(same_bits(model.named_parameters()[i].second, model2.named_parameters()[i].second));
+  BOOST_TEST(same_state(opt.state_dict(), opt2.state_dict()));
+
+  // A flat optimizer refuses the grouped state: IOError naming the file and the groups; the
+  // model and the optimizer are unchanged.
+  Rng rng3(7);
+  Sequential model3{std::make_unique<Linear>(3, 4, true, rng3), std::make_unique<LayerNorm>(4),
+                    std::make_unique<Linear>(4, 2, true, rng3)};
+  AdamW flat(model3.named_parameters(), 0.01);
+  const NamedTensors before = model3.named_parameters();
+  std::vector<Tensor> copies;
+  for (const auto& [n, t] : before) copies.push_back(t.clone());
+  expect_error<IOError>([&] { load_checkpoint(dir / "ckpt.safetensors", model3, &flat); },
+                        {"load_checkpoint", "ckpt.safetensors", "2 parameter groups", "has 1", "nothing was loaded"});
+  for (std::size_t i = 0; i < copies.size(); ++i) BOOST_TEST(same_bits(model3.named_parameters()[i].second, copies[i]));
+  BOOST_TEST(flat.steps() == 0);
+  // Grouped the other way round (every parameter decayed except the first Linear's weight):
+  // IOError naming the parameter and both groups.
+  AdamW regrouped({ParamGroup({{"0.weight", model3.at<Linear>(0).weight}}),
+                   ParamGroup({{"0.bias", model3.at<Linear>(0).bias},
+                               {"1.weight", model3.at<LayerNorm>(1).weight},
+                               {"1.bias", model3.at<LayerNorm>(1).bias},
+                               {"2.weight", model3.at<Linear>(2).weight},
+                               {"2.bias", model3.at<Linear>(2).bias}})},
+                  0.01);
+  expect_error<IOError>([&] { load_checkpoint(dir / "ckpt.safetensors", model3, &regrouped); },
+                        {"load_checkpoint", "parameter '2.weight'", "group 0 of the state", "group 1 of this optimizer"});
+}
+
+// nanoGPT's groups by module type: Linear and attention projection weights decay; biases,
+// LayerNorm, embeddings and learned positions do not.
+BOOST_AUTO_TEST_CASE(decay_groups_follow_module_types) {
+  TransformerConfig c;
+  c.vocab_size = 7, c.max_len = 5, c.embed_dim = 4, c.num_heads = 2, c.ff_hidden = 8, c.num_layers = 1;
+  TransformerDecoder dec(c);
+  auto groups = decay_groups(dec, 0.1);
+  BOOST_TEST_REQUIRE(groups.size() == 2u);
+  BOOST_TEST(groups[0].name() == "decay");
+  BOOST_TEST(*groups[0].weight_decay() == 0.1);
+  BOOST_TEST(groups[1].name() == "no_decay");
+  BOOST_TEST(*groups[1].weight_decay() == 0.0);
+  const std::string b = "body.blocks.0.";
+  BOOST_TEST((names(groups[0].params()) ==
+              std::vector<std::string>{b + "attn.in_proj_weight", b + "attn.out_proj.weight", b + "ff.fc1.weight",
+                                       b + "ff.fc2.weight", "head.weight"}));
+  BOOST_TEST((names(groups[1].params()) ==
+              std::vector<std::string>{"body.tok_emb.weight", "body.pos_emb.weight", b + "ln1.weight", b + "ln1.bias",
+                                       b + "attn.in_proj_bias", b + "attn.out_proj.bias", b + "ln2.weight",
+                                       b + "ln2.bias", b + "ff.fc1.bias", b + "ff.fc2.bias", "body.ln_f.weight",
+                                       "body.ln_f.bias"}));
+  AdamW opt(groups, AdamWOptions(1e-3).betas(0.9, 0.95));
+  BOOST_TEST(opt.params().size() == dec.named_parameters().size());
+
+  // Tied output: the embedding (also the output projection) is not decayed.
+  c.tied_output = true;
+  TransformerDecoder tied(c);
+  auto tied_groups = decay_groups(tied, 0.1);
+  BOOST_TEST(names(tied_groups[1].params()).front() == "body.tok_emb.weight");
+  BOOST_TEST(names(tied_groups[0].params()).size() == 4u);
+
+  // MultiHeadAttention with kdim/vdim and bias_k/bias_v.
+  Rng rng(3);
+  MultiHeadAttention mha(MultiHeadAttentionOptions(4, 2).kdim(3).vdim(5).add_bias_kv(true), rng);
+  auto mg = decay_groups(mha, 0.5);
+  BOOST_TEST((names(mg[0].params()) ==
+              std::vector<std::string>{"q_proj_weight", "k_proj_weight", "v_proj_weight", "out_proj.weight"}));
+  BOOST_TEST((names(mg[1].params()) == std::vector<std::string>{"in_proj_bias", "bias_k", "bias_v", "out_proj.bias"}));
+
+  // A user's module: matrices decay, vectors do not; no_decay forces names out.
+  struct Custom : Module {
+    Tensor cls_token = zeros({1, 1, 4}), scale = ones({4}), proj = zeros({4, 4});
+    Linear fc;
+    explicit Custom(Rng& r) : fc(4, 4, true, r) {
+      register_parameter("cls_token", &cls_token);
+      register_parameter("scale", &scale);
+      register_parameter("proj", &proj);
+      register_module("fc", &fc);
+    }
+  } custom(rng);
+  auto cg = decay_groups(custom, 0.05);
+  BOOST_TEST((names(cg[0].params()) == std::vector<std::string>{"cls_token", "proj", "fc.weight"}));
+  BOOST_TEST((names(cg[1].params()) == std::vector<std::string>{"scale", "fc.bias"}));
+  auto forced = decay_groups(custom, 0.05, {"cls_token", "fc.weight"});
+  BOOST_TEST((names(forced[0].params()) == std::vector<std::string>{"proj"}));
+  BOOST_TEST((names(forced[1].params()) == std::vector<std::string>{"cls_token", "scale", "fc.weight", "fc.bias"}));
+  expect_error<ValueError>([&] { decay_groups(custom, 0.05, {"pos_embed"}); },
+                           {"decay_groups", "'no_decay'", "'pos_embed'", "no parameter"});
+  expect_error<ValueError>([&] { decay_groups(custom, -0.1); }, {"decay_groups", "'weight_decay'", "-0.1"});
+  // A model without any no-decay parameter gives an empty second group, which is fine.
+  Linear nobias(3, 3, false, rng);
+  auto ng = decay_groups(nobias, 0.1);
+  BOOST_TEST((ng[0].params().size() == 1u && ng[1].params().empty()));
+  AdamW nb_opt(ng, 0.1);
+  nobias.weight.set_grad(ones({3, 3}));
+  nb_opt.step();
+}
+
+// Two groups built by decay_groups on Sequential(Embedding, LayerNorm, Linear), a few steps
+// with a LambdaLR schedule, against torch.optim (tools/make_containers_fixtures.py).
+namespace {
+void run_groups_fixture(const std::string& fixture) {
+  test::Golden g(fixture, std::string(XGRAD_FIXTURE_DIR) + "/containers");
+  BOOST_TEST_REQUIRE(g.str("kind") == "optim_groups");
+  Rng rng(0);
+  Sequential model{std::make_unique<Embedding>(5, 4, rng), std::make_unique<LayerNorm>(4),
+                   std::make_unique<Linear>(4, 3, true, rng)};
+  model.load_parameters(g.params());
+  g.at("tokens");  // the fixture's input, used by PyTorch to make the gradients stored below
+  auto groups = decay_groups(model, g.num("decay.weight_decay"));
+  auto joined = [](const NamedTensors& ts) {
+    std::string s;
+    for (const auto& [n, t] : ts) s += (s.empty() ? "" : ",") + n;
+    return s;
+  };
+  BOOST_TEST(joined(groups[0].params()) == g.str("decay"));
+  BOOST_TEST(joined(groups[1].params()) == g.str("no_decay"));
+  std::unique_ptr<Optimizer> opt;
+  const double base = g.num("lr");
+  if (g.str("optimizer") == "AdamW") {
+    groups[0].lr(g.num("decay.lr"));
+    groups[1].weight_decay(g.num("no_decay.weight_decay"));
+    opt = std::make_unique<AdamW>(groups, AdamWOptions(base)
+                                              .betas(g.num("beta1"), g.num("beta2"))
+                                              .eps(g.num("eps"))
+                                              .weight_decay(g.num("weight_decay")));
+  } else {
+    groups[1].lr(g.num("no_decay.lr")).momentum(g.num("no_decay.momentum")).nesterov(g.integer("no_decay.nesterov") != 0);
+    opt = std::make_unique<SGD>(groups, SGDOptions(base).momentum(g.num("momentum")).weight_decay(g.num("weight_decay")));
+  }
+  std::vector<double> factors;
+  {
+    std::stringstream ss(g.str("factors"));
+    for (std::string f; std::getline(ss, f, ',');) factors.push_back(std::stod(f));
+  }
+  const long steps = g.integer("steps");
+  BOOST_TEST_REQUIRE(factors.size() == std::size_t(steps));
+  test::Deviation dev;
+  for (long s = 1; s <= steps; ++s) {
+    const std::string k = std::to_string(s);
+    opt->lr = base * factors[std::size_t(s - 1)];
+    for (auto& [name, p] : model.named_parameters()) p.set_grad(g.at("grad" + k + "." + name).clone());
+    opt->step();
+    for (auto& [name, p] : model.named_parameters()) test::compare("after" + k + "." + name, p, g.at("after" + k + "." + name), dev);
+  }
+  for (const auto& [entry, t] : opt->state_dict())
+    if (t.dtype() != DType::Int64) test::compare("state." + entry, t, g.at("state." + entry), dev);
+  g.check_all_used();
+  test::report(g, dev);
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(adamw_groups_match_pytorch) { run_groups_fixture("adamw_groups"); }
+BOOST_AUTO_TEST_CASE(sgd_groups_match_pytorch) { run_groups_fixture("sgd_groups"); }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -135,7 +135,7 @@ expect_fail "sort: --threads 100000"                     'threads'        -- "$e
 expect_fail "sort: --length 1 (out of range 2-32)"       'length'         -- "$ex/sort" --length 1
 expect_fail "sort: --length 33 (out of range 2-32)"      'length'         -- "$ex/sort" --length 33
 expect_fail "sort: stray positional argument"            'extra'          -- "$ex/sort" extra
-expect_fail "gradexp: non-numeric --power-iterations"    'power-iterations|two' -- "$ex/gradexp" --power-iterations two
+expect_fail "gradexp: non-numeric --lanczos-iterations"  'lanczos-iterations|two' -- "$ex/gradexp" --lanczos-iterations two
 expect_fail "gradexp: --threads 0"                       'threads'        -- "$ex/gradexp" --threads 0
 expect_fail "extend: unknown option --bogus"             'bogus'          -- "$ex/extend" --bogus
 expect_fail "extend: non-numeric --steps"                'steps'          -- "$ex/extend" --steps 1e9x
@@ -156,8 +156,10 @@ expect_code 2   "reverse: --dim 30 --heads 4"            'dim 30 is not a multip
 expect_code 105 "reverse: --lr 0"                        '^--lr: 0 is out of range; allowed: a number greater than 0' -- "$ex/reverse" --lr 0
 expect_code 105 "sort: --lr nan"                         '^--lr: .nan. is not a finite number' -- "$ex/sort" --lr nan
 expect_code 105 "reverse: --stop-after -5"               '^--stop-after: -5 is negative; allowed: a whole number from 0 to' -- "$ex/reverse" --stop-after -5
-expect_code 105 "gradexp: --power-iterations -3"         '^--power-iterations: -3 is negative; allowed: a whole number from 1 to 100000' -- "$ex/gradexp" --power-iterations -3
-expect_code 105 "gradexp: --power-iterations 0"          '^--power-iterations: 0 is out of range' -- "$ex/gradexp" --power-iterations 0
+expect_code 105 "gradexp: --lanczos-iterations -3"       '^--lanczos-iterations: -3 is negative; allowed: a whole number from 1 to 1000' -- "$ex/gradexp" --lanczos-iterations -3
+expect_code 105 "gradexp: --hutchinson-samples 0"        '^--hutchinson-samples: 0 is out of range' -- "$ex/gradexp" --hutchinson-samples 0
+expect_code 105 "gradexp: --train-size 1"                '^--train-size: 1 is out of range; allowed: a whole number from 2 to 65536' -- "$ex/gradexp" --train-size 1
+expect_code 2   "gradexp: fewer Lanczos steps than eigenvalues" 'lanczos-iterations 2 is less than --eigenvalues 3' -- "$ex/gradexp" --eigenvalues 3 --lanczos-iterations 2 --steps 1 --no-plots --out "$work/lanczos"
 expect_code 105 "reverse: --eval-every 0"                '^--eval-every: 0 is out of range' -- "$ex/reverse" --eval-every 0
 expect_code 105 "sort: --threads 0"                      '^--threads: 0 is out of range; allowed: a whole number from 1 to 256' -- "$ex/sort" --threads 0
 expect_code 109 "demo: unknown option --bogus"           'bogus'          -- "$ex/demo" --bogus
@@ -179,12 +181,12 @@ expect_stdout "demo --help"                    0 'Usage: .*demo' 'd loss' -- "$e
 # What the last lines claim: no PNG with --no-plots or when gnuplot is missing or fails;
 # gnuplot missing and gnuplot failing are told apart, the latter with gnuplot's own message.
 expect_stdout "reverse --no-plots: no PNG claimed" 0 'wrote .*/\{metrics\.json,checkpoint\.safetensors\} \(checkpoint at step 2\)$' 'png' -- "$ex/reverse" --steps 2 --eval-every 1 --batch 4 --no-plots --out "$work/noplots"
-expect_stdout "gradexp --no-plots: no PNG claimed" 0 'wrote .*/\{metrics\.json,checkpoint\.safetensors\} \(checkpoint at step 2\)$' 'png' -- "$ex/gradexp" --steps 2 --power-iterations 1 --no-plots --out "$work/noplots_gradexp"
+expect_stdout "gradexp --no-plots: no PNG, no SVG claimed" 0 'wrote .*/\{metrics\.json,measurements\.json,graph_mha_forward\.dot,graph_mha_backward\.dot,checkpoint\.safetensors\} \(checkpoint at step 2\)$' 'png|svg' -- "$ex/gradexp" --steps 2 --train-size 8 --lanczos-iterations 2 --hutchinson-samples 1 --no-plots --out "$work/noplots_gradexp"
 expect_stdout "sort: PNGs claimed when drawn"      0 'wrote .*/\{metrics\.json,loss\.png,attention\.png,checkpoint\.safetensors\} \(checkpoint at step 2\)$' 'zzz' -- "$ex/sort" --steps 2 --eval-every 1 --batch 4 --out "$work/plots"
 expect_stdout "reverse: --out with a quote, PNGs drawn" 0 "wrote .*/it's/\\{metrics\\.json,loss\\.png,attention\\.png," 'zzz' -- "$ex/reverse" --steps 2 --eval-every 1 --batch 4 --out "$work/it's"
 expect_code 1 "reverse: gnuplot missing"                 '^warning: no .*loss\.png: gnuplot is not installed' -- env PATH="$work/nognuplot" "$ex/reverse" --steps 2 --eval-every 1 --batch 4 --out "$work/nognuplot_out"
 expect_code 1 "sort: gnuplot fails"                      '^warning: no .*loss\.png: gnuplot exited with status 3: fake gnuplot: cannot open font Sans' -- env PATH="$work/badgnuplot:$PATH" "$ex/sort" --steps 2 --eval-every 1 --batch 4 --out "$work/badgnuplot_out"
-expect_code 1 "gradexp: gnuplot fails"                   'gnuplot exited with status 3: fake gnuplot' -- env PATH="$work/badgnuplot:$PATH" "$ex/gradexp" --steps 2 --power-iterations 1 --out "$work/badgnuplot_gradexp"
+expect_code 1 "gradexp: gnuplot fails"                   'gnuplot exited with status 3: fake gnuplot' -- env PATH="$work/badgnuplot:$PATH" "$ex/gradexp" --steps 2 --train-size 8 --lanczos-iterations 2 --hutchinson-samples 1 --out "$work/badgnuplot_gradexp"
 expect_stdout "reverse: gnuplot missing, no PNG claimed" 1 'wrote .*/\{metrics\.json,checkpoint\.safetensors\} \(checkpoint at step 2\)$' 'png' -- env PATH="$work/nognuplot" "$ex/reverse" --steps 2 --eval-every 1 --batch 4 --out "$work/nognuplot_out2"
 
 # --- output directory errors -------------------------------------------------------------------------
@@ -197,6 +199,9 @@ expect_fail "extend: --out is a regular file"            'regular_file|directory
 expect_code 2 "reverse: --resume with no checkpoint" 'no checkpoint in .*/empty to resume from; run without --resume first' -- "$ex/reverse" --resume --no-plots --out "$work/empty"
 expect_code 2 "sort: --resume with no checkpoint" 'no checkpoint in .*/empty to resume from; run without --resume first' -- "$ex/sort" --resume --no-plots --out "$work/empty"
 expect_code 2 "gradexp: --resume with no checkpoint" 'no checkpoint in .*/empty to resume from; run without --resume first' -- "$ex/gradexp" --resume --no-plots --out "$work/empty"
+"$ex/gradexp" --steps 3 --eval-every 2 --stop-after 2 --train-size 8 --lanczos-iterations 2 --hutchinson-samples 1 --no-plots \
+  --out "$work/gradexp_lost" > /dev/null 2>&1 && rm "$work/gradexp_lost/measurements.json"
+expect_code 2 "gradexp: --resume without measurements.json" 'measurements\.json is missing: the measurements of the earlier evaluations are lost' -- "$ex/gradexp" --resume --no-plots --out "$work/gradexp_lost"
 expect_code 109 "extend: --resume (keeps no checkpoint)"  'not expected: --resume'  -- "$ex/extend" --resume --out "$work/empty"
 expect_fail "reverse: --resume, checkpoint is text"      'checkpoint\.safetensors' -- "$ex/reverse" --resume --no-plots --out "$work/garbage"
 expect_fail "reverse: --resume, checkpoint truncated"    'checkpoint\.safetensors' -- "$ex/reverse" --resume --no-plots --out "$work/truncated"

@@ -2,15 +2,21 @@
 // leaves a partial checkpoint behind.
 //
 // The parent saves checkpoint A (a model of a few MB), then, in each trial, forks a child that
-// saves versions 1, 2, 3, ... of the model over the same path in a tight loop, and SIGKILLs it
-// after a random delay spread over several save durations. The file at the path must then be
+// saves versions 1, 2, 3, ... of the model over the same path in a tight loop, and SIGKILLs it.
+// The child reports each completed save through a pipe, so the kill is timed from the child's
+// own progress, not from the parent's clock (on a loaded machine a fork and its first save can
+// take many times the save time measured beforehand): trial i waits for i % 3 completed saves,
+// then kills after a random delay of 0.1-1.5 save durations (the child is almost always in the
+// middle of its next save then). The file at the path must then be
 // bit-exactly A or one of the child's complete versions (compared byte for byte with a
 // reference file written for that version), must load, and stray temporary files left by the
 // killed child must not break later loads and saves. Kills that landed mid-write are counted
 // from the temporary files they leave behind ("<path>.tmp.<child pid>.<n>"); the test fails if
-// none did (the trial timing would then not exercise anything).
+// none did, or if no trial left a complete child version (the timing would then not exercise
+// anything); when either is missing after --trials trials, up to 4 x --trials more are run.
 //
 // Usage: crash_save [--trials N] [--dir DIR] [--seed S]     exit 0 on success, 1 on failure.
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -145,14 +151,19 @@ int main(int argc, char** argv) {
     const double save_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count() / timing_saves;
 
     Rng rng(seed);
-    // Delays from "before the first save finished" to "several saves in": [0.1, 6] x save time.
-    int mid_write = 0, was_a = 0, was_child = 0;
+    int mid_write = 0, was_a = 0, was_child = 0, run = 0;
     long max_version = 0;
     std::vector<double> delays;
-    for (int trial = 0; trial < trials; ++trial) {
+    const int max_trials = 5 * trials;
+    for (int trial = 0; trial < max_trials && (trial < trials || mid_write == 0 || was_child == 0); ++trial) {
+      ++run;
       save_version(path, model, base, 0);  // the file holds A before each trial
       if (read_bytes(path) != A) fail("trial " + std::to_string(trial) + ": could not re-save A");
-      const auto before = temp_files(dir, name);
+      int progress[2];
+      if (::pipe(progress) != 0) {
+        std::perror("crash_save: pipe");
+        return 1;
+      }
       std::cout.flush();
       std::cerr.flush();
       const pid_t child = ::fork();
@@ -161,21 +172,38 @@ int main(int argc, char** argv) {
         return 1;
       }
       if (child == 0) {
-        // Child: save versions 1, 2, 3, ... until killed.
+        // Child: save versions 1, 2, 3, ... until killed; one byte on the pipe after each.
+        ::close(progress[0]);
         try {
-          for (long k = 1;; ++k) save_version(path, model, base, k);
+          for (long k = 1;; ++k) {
+            save_version(path, model, base, k);
+            const char done = 1;
+            if (::write(progress[1], &done, 1) != 1) break;
+          }
         } catch (const std::exception& e) {
           std::fprintf(stderr, "crash_save child: %s\n", e.what());
         }
         ::_exit(3);
       }
-      const double delay_ms = save_ms * rng.uniform(0.1, 6.0);
+      ::close(progress[1]);
+      // Wait for trial % 3 completed saves (at most 60 s each), then a random part of a save.
+      const int wait_for = trial % 3;
+      bool stalled = false;
+      for (int done = 0; done < wait_for && !stalled; ++done) {
+        pollfd pfd{progress[0], POLLIN, 0};
+        char byte;
+        stalled = ::poll(&pfd, 1, 60000) != 1 || ::read(progress[0], &byte, 1) != 1;
+      }
+      const double delay_ms = save_ms * rng.uniform(0.1, 1.5);
       delays.push_back(delay_ms);
       std::this_thread::sleep_for(std::chrono::microseconds(long(delay_ms * 1000)));
       ::kill(child, SIGKILL);
       int status = 0;
       ::waitpid(child, &status, 0);
-      const std::string t = "trial " + std::to_string(trial) + " (killed after " + std::to_string(delay_ms) + " ms): ";
+      ::close(progress[0]);  // only now: a write to a closed pipe would end the child by SIGPIPE
+      if (stalled) fail("trial " + std::to_string(trial) + ": the child completed no save within 60 s");
+      const std::string t = "trial " + std::to_string(trial) + " (killed " + std::to_string(delay_ms) + " ms after " +
+                            std::to_string(wait_for) + " completed saves): ";
       if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL))
         fail(t + "the child was not killed by SIGKILL (it exited early; status " + std::to_string(status) + ")");
 
@@ -238,15 +266,15 @@ int main(int argc, char** argv) {
       fail("the save next to stray files left a temporary file of its own or removed a stray");
 
     if (mid_write == 0) fail("no kill landed in the middle of a save (no temporary file was left behind)");
-    if (was_child == 0) fail("no trial let the child complete a save (delays too short to test replacement)");
+    if (was_child == 0) fail("no trial left a complete child version behind (replacement not exercised)");
 
     std::sort(delays.begin(), delays.end());
     std::printf(
-        "checkpoint_crash_safety: %d trials, save of %.1f MB takes %.1f ms, kills after %.1f-%.1f ms; "
+        "checkpoint_crash_safety: %d trials, save of %.1f MB takes %.1f ms, kills %.1f-%.1f ms after 0-2 completed saves; "
         "%d kills landed mid-write (temp file left behind); file was A in %d, a complete child version in %d "
         "(up to v%ld), partial/corrupt in %d; %zu stray temp files, later save+load ok: %s\n",
-        trials, double(A.size()) / 1e6, save_ms, delays.front(), delays.back(), mid_write, was_a, was_child,
-        max_version, trials - was_a - was_child, strays.size(), failures == 0 ? "yes" : "NO");
+        run, double(A.size()) / 1e6, save_ms, delays.front(), delays.back(), mid_write, was_a, was_child,
+        max_version, run - was_a - was_child, strays.size(), failures == 0 ? "yes" : "NO");
   } catch (const std::exception& e) {
     fail(std::string("unexpected exception: ") + e.what());
   }
