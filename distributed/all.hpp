@@ -3,5 +3,4 @@
 #include "xgrad/distributed/checkpoint.hpp"
 #include "xgrad/distributed/data_parallel.hpp"
 #include "xgrad/distributed/distributed.hpp"
-#include "xgrad/distributed/sampler.hpp"
 #include "xgrad/distributed/zero.hpp"

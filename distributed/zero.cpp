@@ -107,6 +107,19 @@ void deserialize(const unsigned char* p, std::size_t n, NamedTensors& out) {
   }
 }
 
+// An optimizer's parameter-group records ("param_groups", "param_group.<param>": written when it
+// has two or more groups, models/optim.hpp). They describe one optimizer's grouping, so the
+// shards' and the unsharded optimizer's are never exchanged: each side keeps its own.
+bool is_group_record(const std::string& entry) {
+  return entry == "param_groups" || entry.compare(0, 12, "param_group.") == 0;
+}
+NamedTensors group_records(const Optimizer& opt) {
+  NamedTensors out;
+  for (auto& e : opt.state_dict())
+    if (is_group_record(e.first)) out.push_back(std::move(e));
+  return out;
+}
+
 }  // namespace
 
 struct ZeroOptimizer::Comms {
@@ -285,9 +298,9 @@ std::unique_ptr<Optimizer> ZeroOptimizer::gather_optimizer(int root) const {
   if (root < 0 || root >= world_size())
     throw_error<ValueError>(op, "root ", root, " is not a rank of this world of ", world_size());
   NamedTensors state = local_->state_dict();
-  NamedTensors entries;
+  NamedTensors entries;  // this rank's buffers and per-parameter counts
   for (auto& e : state)
-    if (e.first != "step") entries.push_back(e);
+    if (e.first != "step" && !is_group_record(e.first)) entries.push_back(e);
   NamedTensors merged;
   for (auto& e : state)
     if (e.first == "step") merged.push_back(e);
@@ -320,6 +333,7 @@ std::unique_ptr<Optimizer> ZeroOptimizer::gather_optimizer(int root) const {
     deserialize(all.data(), all.size(), merged);
   }
   auto full = make_full();
+  for (auto& e : group_records(*full)) merged.push_back(std::move(e));  // the unsharded grouping
   full->load_state_dict(merged);  // validates, and puts the entries in the unsharded order
   return full;
 }
@@ -334,10 +348,12 @@ void ZeroOptimizer::load_full_state_dict(const NamedTensors& state) {
   std::map<std::string, std::size_t> index;
   for (std::size_t i = 0; i < params_.size(); ++i) index[params_[i].first] = i;
   // An entry "<kind>.<parameter name>" (kind without a dot) belongs to that parameter's owner;
-  // "step" and any entry naming no parameter go to every rank.
-  NamedTensors mine;
+  // "step" and any other entry naming no parameter go to every rank; the group records are
+  // this rank's optimizer's own.
+  NamedTensors mine = group_records(*local_);
   std::int64_t steps = 0;
   for (const auto& [entry, t] : state) {
+    if (is_group_record(entry)) continue;
     if (entry == "step") steps = t.data<std::int64_t>()[0];
     const std::size_t dot = entry.find('.');
     if (dot != std::string::npos) {

@@ -13,6 +13,10 @@
 // fewest bytes so far (ties: the lower rank), a function of the parameter list only. The
 // factory builds the underlying optimizer (SGD with momentum, Adam, AdamW, or any other
 // xgrad::Optimizer) over this rank's parameters, so its update rule is the optimizer's own.
+// It may build parameter groups (models/optim.hpp) from the parameters it is given, e.g. decay
+// and no-decay groups; a rank's share may leave a group empty, so build only non-empty ones.
+// The factory is also called over every parameter (make_full) for the unsharded format of
+// checkpoints, whose group records come from that optimizer.
 // With whole parameters, a rank's share is within one parameter's size of 1/N of the total.
 //
 // A step:

@@ -211,6 +211,16 @@ std::string distributed_error_of(const std::function<void()>& f, const char* lab
   return message;
 }
 
+// A scratch directory, the same for every rank (rank 0's pid); rank 0 removes it at the end.
+std::string shared_temp_dir() {
+  Tensor token = index_tensor({std::int64_t(getpid())}, {1});
+  dist::broadcast(token, 0);
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("xgrad_dist_" + std::to_string(token.data<std::int64_t>()[0]))).string();
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
 // Gathers one flag per rank: true when every rank's is true (so a failure on one rank fails
 // the case on every rank, and the ranks stay in step).
 bool everywhere(bool ok) {
@@ -363,32 +373,6 @@ BOOST_AUTO_TEST_CASE(shard_range_splits_unevenly_and_refuses_empty_shards) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(sampler_shards_are_disjoint_seeded_and_cover_the_epoch) {
-  for (bool drop : {false, true}) {
-    const std::size_t n = 10;
-    std::vector<int> seen(n, 0);
-    std::size_t total = 0;
-    for (int r = 0; r < 3; ++r) {
-      dist::DistributedSampler s(n, r, 3, /*seed=*/5, true, drop);
-      const auto idx = s.indices(2);
-      BOOST_TEST(idx.size() == s.size());
-      BOOST_TEST(idx == s.indices(2));    // seeded
-      BOOST_TEST(idx != s.indices(3));    // another epoch, another order
-      for (auto i : idx) ++seen[i];
-      total += idx.size();
-    }
-    BOOST_TEST(total == (drop ? 9u : 12u));
-    std::size_t covered = 0, twice = 0;
-    for (int c : seen) covered += c > 0, twice += c > 1;
-    BOOST_TEST(covered == (drop ? 9u : 10u));
-    BOOST_TEST(twice == (drop ? 0u : 2u));  // padding repeats the first two of the permutation
-  }
-  BOOST_CHECK_THROW(dist::DistributedSampler(2, 0, 3, 0, true, true), ValueError);
-  BOOST_CHECK_THROW(dist::DistributedSampler(0, 0, 1), ValueError);
-  BOOST_CHECK_THROW(dist::DistributedSampler(5, 3, 3), ValueError);
-  BOOST_TEST(dist::DistributedSampler(6).size() == (6 + std::size_t(world()) - 1) / std::size_t(world()));
-}
-
 BOOST_AUTO_TEST_SUITE_END()
 
 // --- data parallelism -------------------------------------------------------------------------
@@ -488,6 +472,45 @@ BOOST_AUTO_TEST_CASE(no_sync_accumulation_equals_the_whole_batch) {
   BOOST_TEST(ddp.stats().skipped == (mid > begin ? 2u : 0u));
 }
 
+
+BOOST_AUTO_TEST_CASE(batch_sampler_shards_with_a_sum_reduction_equal_one_process) {
+  // models/data.hpp's BatchSampler: rank r takes its contiguous slice of every global batch;
+  // 21 examples in batches of 8 give 8, 8, 5 (uneven shards for 2 and 4 ranks). The loss of a
+  // rank is its sum of per-example losses / the global batch size, and the wrapper sums the
+  // ranks' gradients (ReduceOp::Sum): the one-process gradient of the global mean, exactly.
+  Rng data_rng(21);
+  std::vector<std::int64_t> tok, tgt;
+  for (std::size_t i = 0; i < 21 * kLen; ++i) tok.push_back(data_rng.uniform_int(0, 9));
+  for (std::size_t i = 0; i < 21 * kLen; ++i) tgt.push_back(data_rng.uniform_int(0, std::int64_t(kVocab) - 1));
+  const Tensor tokens = index_tensor(tok, {21, kLen}), targets = index_tensor(tgt, {21, kLen});
+  auto run = [&](bool parallel) {
+    TransformerEncoder model(small_config());
+    model.to(DType::Float64);
+    std::unique_ptr<dist::DistributedDataParallel> ddp;
+    if (parallel) ddp = std::make_unique<dist::DistributedDataParallel>(model, dist::DDPOptions().reduce_op(dist::ReduceOp::Sum));
+    auto opt = adamw(model.named_parameters());
+    BatchSamplerOptions options = BatchSamplerOptions(8).seed(3);
+    if (parallel) options.shard(std::size_t(me()), std::size_t(world()));
+    BatchSampler sampler(21, options);
+    for (int s = 0; s < 4; ++s) {  // the last is the first batch of epoch 1
+      const SampledBatch b = sampler.next();
+      opt->zero_grad();
+      Tensor mean = cross_entropy(model.forward(collate(tokens, b.indices)), collate(targets, b.indices));
+      mul_scalar(mean, double(b.indices.size()) / double(b.global_size)).backward();
+      opt->step();
+    }
+    NamedTensors out;
+    for (auto& [n, t] : model.named_parameters()) out.emplace_back(n, t.clone());
+    return out;
+  };
+  const NamedTensors ref = run(false), got = run(true);
+  const Diff d = diff(got, ref), rest = diff(without_key_bias(got), without_key_bias(ref));
+  BOOST_TEST(d.model <= 1e-12);
+  BOOST_TEST(rest.model <= 1e-15);
+  if (me() == 0)
+    std::cout << "float64, " << world() << " ranks, BatchSampler shards (8, 8, 5), ReduceOp::Sum: " << d.model
+              << " (relative, model-wise; without the key biases " << rest.model << ")" << std::endl;
+}
 
 BOOST_AUTO_TEST_CASE(unused_parameters_are_averaged_with_zeros_or_left_without_gradient) {
   Heads model;
@@ -605,11 +628,7 @@ BOOST_AUTO_TEST_CASE(checkpoint_round_trip_with_and_without_zero) {
   // Train 2 steps with ZeRO, save (rank 0 writes the unsharded format), then continue 2 steps
   // three ways: the same optimizer, a new ZeRO optimizer loaded from the file, and a plain
   // AdamW loaded from it: all three end with the same bits.
-  Tensor token = index_tensor({std::int64_t(getpid())}, {1});
-  dist::broadcast(token, 0);  // one directory for every rank
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("xgrad_dist_" + std::to_string(token.data<std::int64_t>()[0]))).string();
-  std::filesystem::create_directories(dir);
+  const std::string dir = shared_temp_dir();
   const std::string path = dir + "/ckpt.safetensors";
   const auto [begin, end] = dist::shard_range(kBatch, me(), world());
   auto train = [&, b = begin, e = end](TransformerEncoder& m, Optimizer& opt, long from, long to) {
@@ -657,6 +676,66 @@ BOOST_AUTO_TEST_CASE(checkpoint_round_trip_with_and_without_zero) {
   BOOST_CHECK_THROW(dist::load_checkpoint(bad, m4), Error);
   dist::barrier();
   if (me() == 0) std::filesystem::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(zero_with_parameter_groups_matches_the_unsharded_grouped_optimizer) {
+  // Decay for matrices, none for vectors (a rank's share may have only one kind: the factory
+  // builds the non-empty groups only). Same bits as the unsharded grouped AdamW, and the
+  // gathered state is its state_dict, group records included.
+  auto grouped = [](const NamedTensors& params) {
+    NamedTensors mats, vecs;
+    for (const auto& e : params) (e.second.dim() >= 2 ? mats : vecs).push_back(e);
+    std::vector<ParamGroup> groups;
+    if (!mats.empty()) groups.push_back(ParamGroup(mats).weight_decay(0.1));
+    if (!vecs.empty()) groups.push_back(ParamGroup(vecs).weight_decay(0.0));
+    return std::unique_ptr<Optimizer>(std::make_unique<AdamW>(groups, AdamWOptions(3e-3)));
+  };
+  const auto [begin, end] = dist::shard_range(kBatch, me(), world());
+  auto train = [&, b = begin, e = end](TransformerEncoder& m, Optimizer& opt, long from, long to) {
+    for (long s = from; s < to; ++s) {
+      opt.zero_grad();
+      loss_of(m, s, b, e).backward();
+      opt.step();
+    }
+  };
+  const std::string dir = shared_temp_dir(), path = dir + "/grouped.safetensors";
+  TransformerEncoder plain_model(small_config()), zero_model(small_config()), loaded_model(small_config());
+  NamedTensors plain_state, zero_state;
+  {
+    dist::DistributedDataParallel ddp(plain_model);
+    auto opt = grouped(plain_model.named_parameters());
+    train(plain_model, *opt, 0, 3);
+    plain_state = opt->state_dict();
+    train(plain_model, *opt, 3, 4);
+  }
+  {
+    dist::DistributedDataParallel ddp(zero_model);
+    dist::ZeroOptimizer opt(ddp, grouped);
+    train(zero_model, opt, 0, 3);
+    zero_state = opt.gather_state_dict(0);
+    dist::save_checkpoint(path, zero_model, &opt);
+    train(zero_model, opt, 3, 4);
+  }
+  {  // loaded into a new grouped ZeRO optimizer: each rank keeps its shard, with its own groups
+    dist::DistributedDataParallel ddp(loaded_model);
+    dist::ZeroOptimizer opt(ddp, grouped);
+    dist::load_checkpoint(path, loaded_model, &opt);
+    train(loaded_model, opt, 3, 4);
+  }
+  const auto p = plain_model.named_parameters(), z = zero_model.named_parameters(), l = loaded_model.named_parameters();
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    BOOST_TEST(same_bits(p[i].second, z[i].second));
+    BOOST_TEST(same_bits(p[i].second, l[i].second));
+  }
+  dist::barrier();
+  if (me() == 0) std::filesystem::remove_all(dir);
+  if (me() == 0) {
+    BOOST_TEST_REQUIRE(zero_state.size() == plain_state.size());
+    for (std::size_t i = 0; i < plain_state.size(); ++i) {
+      BOOST_TEST(zero_state[i].first == plain_state[i].first);
+      BOOST_TEST(same_bits(zero_state[i].second, plain_state[i].second));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(zero_step_is_all_or_nothing_across_ranks) {
