@@ -7,6 +7,7 @@
 # one (JSON / safetensors tokens) and a structure-aware custom mutator built in.
 #
 #   bash scripts/run-fuzz.sh [SECONDS]
+#   XGRAD_FUZZ_BUILD=build-sanitize bash scripts/run-fuzz.sh [SECONDS]
 #
 # Prints, per target, the number of executions and the result, then a last line
 #   fuzz: N passed, M failed
@@ -43,11 +44,21 @@ fi
 CC_BIN=$(find_tool clang clang-14)
 CXX_BIN=$(find_tool clang++ clang++-14)
 
-BUILD=build-fuzz
-CC="$CC_BIN" CXX="$CXX_BIN" cmake -S . -B "$BUILD" -G Ninja \
-  -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CXX_FLAGS="-g -fno-omit-frame-pointer" \
-  -DXGRAD_FUZZ=ON -DXGRAD_BUILD_TESTS=OFF -DXGRAD_BUILD_EXAMPLES=OFF -DXGRAD_BUILD_BENCHMARKS=OFF
+# XGRAD_FUZZ_BUILD=DIR reuses a build directory already configured with clang and
+# -DXGRAD_FUZZ=ON (scripts/run-tests.sh's sanitizer build); else build-fuzz/ is configured here.
+if [ -n "${XGRAD_FUZZ_BUILD:-}" ]; then
+  BUILD=$XGRAD_FUZZ_BUILD
+  if ! grep -q '^XGRAD_FUZZ:BOOL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null; then
+    echo "run-fuzz: XGRAD_FUZZ_BUILD=$BUILD is not a build directory configured with -DXGRAD_FUZZ=ON" >&2
+    exit 2
+  fi
+else
+  BUILD=build-fuzz
+  CC="$CC_BIN" CXX="$CXX_BIN" cmake -S . -B "$BUILD" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CXX_FLAGS="-g -fno-omit-frame-pointer" \
+    -DXGRAD_FUZZ=ON -DXGRAD_BUILD_TESTS=OFF -DXGRAD_BUILD_EXAMPLES=OFF -DXGRAD_BUILD_BENCHMARKS=OFF
+fi
 TARGETS=(fuzz_safetensors fuzz_ops)
 if ! cmake --build "$BUILD" -j 2 --target "${TARGETS[@]}"; then
   echo "run-fuzz: the build failed (see above)"
@@ -55,7 +66,8 @@ if ! cmake --build "$BUILD" -j 2 --target "${TARGETS[@]}"; then
   exit 1
 fi
 
-RUN="$ROOT/$BUILD/fuzz-run"
+case "$BUILD" in /*) BUILD_ABS=$BUILD ;; *) BUILD_ABS=$ROOT/$BUILD ;; esac
+RUN="$BUILD_ABS/fuzz-run"
 rm -rf "$RUN"
 mkdir -p "$RUN/artifacts"
 # Scratch files of fuzz_safetensors (rewritten every execution): tmpfs when available,
@@ -92,7 +104,7 @@ for target in "${TARGETS[@]}"; do
   fi
   echo "== $target: ${DURATION}s on a copy of tests/fuzz/corpus/$name ($(ls "$corpus" | wc -l) seeds$dict_note)"
   set +e
-  TMPDIR="$SCRATCH" "$ROOT/$BUILD/tests/fuzz/$target" \
+  TMPDIR="$SCRATCH" "$BUILD_ABS/tests/fuzz/$target" \
     -max_total_time="$DURATION" -rss_limit_mb=4096 -timeout=60 -print_final_stats=1 \
     ${dict_args[@]+"${dict_args[@]}"} -artifact_prefix="$RUN/artifacts/$target-" "$corpus" >"$log" 2>&1
   rc=$?
