@@ -20,4 +20,5 @@
 #include "xgrad/models/loss.hpp"
 #include "xgrad/models/module.hpp"
 #include "xgrad/models/optim.hpp"
+#include "xgrad/models/seq2seq.hpp"
 #include "xgrad/models/transformer.hpp"

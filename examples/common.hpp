@@ -560,6 +560,19 @@ inline std::string outputs_line(const std::string& dir, const std::vector<std::s
   return s;
 }
 
+// Data parallelism for train() (examples/reverse.cpp run by mpirun sets it; null: one process).
+// Every rank runs train() with the same arguments on its own shard of each step's batch.
+struct Parallel {
+  bool root = true;  // this rank prints the progress and the resume line
+  // The global batch's loss from this rank's loss value (the same on every rank; collective).
+  std::function<double(double)> global_loss;
+  // Clips the gradients of every parameter at max_norm, returns the total norm (collective).
+  std::function<double(double)> clip_grad_norm;
+  // Writes (rank 0) / reads (every rank) the checkpoint of model and optimizer (collective).
+  std::function<void(const std::string&, const std::map<std::string, std::string>&)> save;
+  std::function<std::map<std::string, std::string>(const std::string&)> load;
+};
+
 // The training loop shared by the examples: AdamW with warmup + cosine learning rate,
 // gradient clipping at 1, evaluation and an atomic checkpoint every opt.eval_every steps,
 // early stop at 100% held-out accuracy, and --resume from <out>/checkpoint.safetensors.
@@ -583,19 +596,22 @@ struct Evaluation {
 inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long total, double peak_lr,
                          xgrad::Module& model, xgrad::Optimizer& optimizer,
                          const std::function<xgrad::Tensor(long)>& loss_at, const std::function<Evaluation()>& evaluate,
-                         const std::map<std::string, std::string>& extra_metadata = {});
+                         const std::map<std::string, std::string>& extra_metadata = {},
+                         const Parallel* parallel = nullptr);
 
 inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long total, double peak_lr,
                          xgrad::Module& model, xgrad::Optimizer& optimizer,
-                         const std::function<xgrad::Tensor(long)>& loss_at, const std::function<double()>& evaluate) {
+                         const std::function<xgrad::Tensor(long)>& loss_at, const std::function<double()>& evaluate,
+                         const Parallel* parallel = nullptr) {
   return train(opt, run, total, peak_lr, model, optimizer, loss_at,
-               std::function<Evaluation()>([&evaluate] { return Evaluation{evaluate(), nlohmann::json::object()}; }));
+               std::function<Evaluation()>([&evaluate] { return Evaluation{evaluate(), nlohmann::json::object()}; }), {},
+               parallel);
 }
 
 inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long total, double peak_lr,
                          xgrad::Module& model, xgrad::Optimizer& optimizer,
                          const std::function<xgrad::Tensor(long)>& loss_at, const std::function<Evaluation()>& evaluate,
-                         const std::map<std::string, std::string>& extra_metadata) {
+                         const std::map<std::string, std::string>& extra_metadata, const Parallel* parallel) {
   using namespace xgrad;
   const std::string ckpt = opt.out + "/checkpoint.safetensors";
   const long warmup = std::min<long>(100, total / 10);
@@ -605,7 +621,7 @@ inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long to
   double running = 0;                               // sum of the training losses since the last evaluation
   long since = 0;                                   // steps since the last evaluation
   if (opt.resume) {
-    const auto meta = load_checkpoint(ckpt, model, &optimizer);
+    const auto meta = parallel ? parallel->load(ckpt) : load_checkpoint(ckpt, model, &optimizer);
     for (const char* key : {"history", "losses", "train_seconds"}) {
       auto it = meta.find(key);
       if (it == meta.end())
@@ -644,7 +660,7 @@ inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long to
       r.curve.emplace_back(long(i) + 1, l);
       if (long(i) >= last_eval) running += l, ++since;
     }
-    std::cerr << "resumed from " << ckpt << " at step " << optimizer.steps() << "\n";
+    if (!parallel || parallel->root) std::cerr << "resumed from " << ckpt << " at step " << optimizer.steps() << "\n";
   }
   r.accuracy = r.accuracies.empty() ? 0.0 : r.accuracies.back().second;
   r.steps = optimizer.steps();
@@ -658,7 +674,8 @@ inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long to
              {"history", r.history.dump()}, {"losses", losses.dump()},
              {"train_seconds", nlohmann::json(earlier_seconds + elapsed()).dump()}})
       meta[key] = value;
-    save_checkpoint(ckpt, model, &optimizer, meta);
+    if (parallel) parallel->save(ckpt, meta);
+    else save_checkpoint(ckpt, model, &optimizer, meta);
     r.saved = true;
     r.checkpoint_step = r.steps;
   };
@@ -669,12 +686,14 @@ inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long to
     Tensor loss = loss_at(r.steps);
     optimizer.zero_grad();
     loss.backward();
-    clip_grad_norm(model.parameters(), 1.0);
+    if (parallel) parallel->clip_grad_norm(1.0);
+    else clip_grad_norm(model.parameters(), 1.0);
     optimizer.step();
     ++r.steps, ++since;
-    running += loss.item();
-    r.curve.emplace_back(r.steps, loss.item());
-    losses.push_back(loss.item());
+    const double loss_value = parallel ? parallel->global_loss(loss.item()) : loss.item();
+    running += loss_value;
+    r.curve.emplace_back(r.steps, loss_value);
+    losses.push_back(loss_value);
     if (r.steps % opt.eval_every == 0 || r.steps == total) {
       const Evaluation ev = evaluate();
       r.accuracy = ev.accuracy;
@@ -685,7 +704,7 @@ inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long to
       running = 0, since = 0;
       save();
     }
-    progress.update(r.steps, loss.item(), r.accuracy);
+    if (!parallel || parallel->root) progress.update(r.steps, loss_value, r.accuracy);
   }
   progress.done();
   // Only --stop-after ends the loop between evaluations (--steps and 100% accuracy end it at one).

@@ -1,5 +1,8 @@
 // Graph nodes, grad modes and the backward engine (Kahn's algorithm over tensors).
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <mutex>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
@@ -334,6 +337,18 @@ std::unordered_set<Key> reaching_targets(const std::vector<Tensor>& outputs, con
   return reach;
 }
 
+// Backward observers: a copy-on-write list, so a running backward keeps the observers it
+// started with while another thread adds or removes one.
+std::mutex g_observers_mutex;
+std::shared_ptr<const std::vector<std::shared_ptr<BackwardObserver>>> g_observers;
+std::atomic<bool> g_have_observers{false};
+
+std::shared_ptr<const std::vector<std::shared_ptr<BackwardObserver>>> observers_now() {
+  if (!g_have_observers.load(std::memory_order_acquire)) return nullptr;
+  std::lock_guard<std::mutex> lock(g_observers_mutex);
+  return g_observers;
+}
+
 // Runs reverse mode from outputs. When `targets` is null, leaf gradients accumulate into
 // .grad; otherwise the gradient reaching each target tensor is stored in (*targets)[key], and
 // only nodes with a target behind them run their backward.
@@ -345,6 +360,10 @@ void run_backward(const char* who, const std::vector<Tensor>& outputs,
   std::unordered_set<Key> reach;
   if (targets) reach = reaching_targets(outputs, graph, *targets);
   auto keep = [&](Key key) { return !targets || reach.count(key) > 0; };
+
+  const auto observers = targets ? nullptr : observers_now();
+  if (observers)
+    for (const auto& o : *observers) o->backward_started();
 
   GradModeScope mode(create_graph);
   std::unordered_map<Key, Tensor> grads;
@@ -372,6 +391,8 @@ void run_backward(const char* who, const std::vector<Tensor>& outputs,
       if (!targets && g.defined()) {
         Tensor acc = t.impl()->grad.defined() ? add(t.impl()->grad, g) : g;
         t.impl()->grad = create_graph ? acc : acc.detach();
+        if (observers)
+          for (const auto& o : *observers) o->leaf_grad_ready(t);
       }
       return {};
     }
@@ -387,6 +408,8 @@ void run_backward(const char* who, const std::vector<Tensor>& outputs,
         accumulate(key_of(inputs[i]), in_grads[i]);
     return inputs;
   });
+  if (observers)
+    for (const auto& o : *observers) o->backward_finished();
 }
 
 }  // namespace
@@ -395,6 +418,27 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
               bool retain_graph, bool create_graph) {
   run_backward("backward", outputs, grad_outputs, retain_graph || create_graph, create_graph,
                nullptr);
+}
+
+void add_backward_observer(std::shared_ptr<BackwardObserver> observer) {
+  if (!observer) throw_error<ValueError>("add_backward_observer", "the observer is null");
+  std::lock_guard<std::mutex> lock(g_observers_mutex);
+  auto next = g_observers ? std::make_shared<std::vector<std::shared_ptr<BackwardObserver>>>(*g_observers)
+                          : std::make_shared<std::vector<std::shared_ptr<BackwardObserver>>>();
+  if (std::find(next->begin(), next->end(), observer) != next->end()) return;
+  next->push_back(std::move(observer));
+  g_observers = std::move(next);
+  g_have_observers.store(true, std::memory_order_release);
+}
+
+void remove_backward_observer(const BackwardObserver* observer) {
+  std::lock_guard<std::mutex> lock(g_observers_mutex);
+  if (!g_observers) return;
+  auto next = std::make_shared<std::vector<std::shared_ptr<BackwardObserver>>>();
+  for (const auto& o : *g_observers)
+    if (o.get() != observer) next->push_back(o);
+  g_have_observers.store(!next->empty(), std::memory_order_release);
+  g_observers = next->empty() ? nullptr : std::move(next);
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,

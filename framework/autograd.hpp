@@ -166,4 +166,43 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                          const std::vector<Tensor>& grad_outputs = {},
                          GradOptions options = {});
 
+// --- backward observers (the hook data parallelism needs) -----------------------------
+// An observer sees every backward() of the process while it is registered (Tensor::backward
+// and xgrad::backward; never grad(), which leaves .grad alone). Callbacks run synchronously on
+// the thread that called backward(), in this order:
+//   backward_started()       once, after the outputs and grad_outputs were validated and the
+//                            graph found, before any node runs;
+//   leaf_grad_ready(leaf)    once per leaf whose .grad received a contribution in this
+//                            backward, right after its last one: the leaf's .grad is final
+//                            for this backward (PyTorch's post-accumulate-grad hook). Leaves
+//                            are reported in the engine's Kahn order, which depends on the
+//                            graph only (never on timing or threads). A leaf reached only by
+//                            undefined gradients is not reported;
+//   backward_finished()      once, after every node ran and every leaf was reported, before
+//                            backward() returns (also when no leaf was reported).
+// Inside a callback: read the leaf, its value and .grad, and do any work that does not touch
+// the graph being differentiated (copying gradients, starting non-blocking messages);
+// backward_finished may replace .grad of leaves (Tensor::set_grad). Do not run backward() or
+// grad() from a callback (observers would be called re-entrantly) and do not add or remove
+// observers there (a backward sees the observers registered when it started).
+// An exception thrown by a callback propagates out of backward(): the nodes not yet run are
+// not differentiated, leaves already reported keep their .grad, and backward_finished() is
+// not called (an observer that holds state across the callbacks sees the next
+// backward_started() without a backward_finished() in between).
+// xgrad::distributed::DistributedDataParallel uses this to start each gradient bucket's
+// all-reduce as soon as the bucket's gradients are final, overlapped with the rest of backward.
+class BackwardObserver {
+ public:
+  virtual ~BackwardObserver() = default;
+  virtual void backward_started() {}
+  virtual void leaf_grad_ready(const Tensor& leaf) = 0;
+  virtual void backward_finished() {}
+};
+// Registers `observer` for every later backward() in the process (thread-safe; registering
+// the same observer twice has no effect). The engine keeps a reference while a backward that
+// started with it runs, so removing it from another thread is safe.
+void add_backward_observer(std::shared_ptr<BackwardObserver> observer);
+// Unregisters it (no effect if it is not registered); backwards already running still call it.
+void remove_backward_observer(const BackwardObserver* observer);
+
 }  // namespace xgrad

@@ -147,7 +147,8 @@ class KVCache {
   // Forgets every position (length 0, storage released).
   void clear();
   // Beam search: row i of the new cache is row rows[i] of this one (rows may repeat or drop
-  // rows; the batch becomes rows.size()). IndexError for a row >= batch().
+  // rows; the batch becomes rows.size()). IndexError for a row >= batch(). Nothing to do
+  // before the first append (no storage: the next append sets the batch).
   void select_rows(const std::vector<std::size_t>& rows);
 
  private:

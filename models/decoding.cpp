@@ -1,7 +1,9 @@
 // Decoding sessions (cached and uncached), generation and greedy search.
 #include "xgrad/models/decoding.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "xgrad/framework/autograd.hpp"
 #include "xgrad/ops/ops.hpp"
@@ -24,6 +26,7 @@ void check_step_tokens(const char* op, const Tensor& tokens, std::size_t batch) 
 // The rows' tokens so far, (N, L) row-major, for sessions that re-run the model on them.
 class TokenHistory {
  public:
+  explicit TokenHistory(std::size_t rows = 0) : rows_(rows) {}
   std::size_t rows() const { return rows_; }
   std::size_t length() const { return length_; }
   // The history with tokens (N, t) appended, as an (N, L + t) tensor (the history is unchanged).
@@ -38,11 +41,24 @@ class TokenHistory {
     }
     return index_tensor(all, {N, length_ + t});
   }
-  void commit(const Tensor& all) {  // all = with(tokens)
+  // The uncached step: full(history + tokens (N, L + t)) -> logits (N, L + t, V) computed without
+  // autograd; returns the last t positions' and keeps the tokens. ValueError naming the limit
+  // (`limit` = its name) when L + t > max_len; nothing changes on error.
+  template <class Full>
+  Tensor step(const char* op, const Tensor& tokens, std::size_t max_len, const char* limit, Full&& full) {
+    const std::size_t L = length_, t = tokens.shape()[1];
+    if (t > max_len - L)
+      throw_error<ValueError>(op, "the session holds ", L, " tokens per row and tokens ", tokens.shape(), " add ", t,
+                              ": ", L + t, " would exceed the model's ", limit, " ", max_len);
+    NoGradGuard no_grad;
+    const Tensor all = with(tokens);
+    Tensor logits = narrow(full(all), 1, L, t);
     rows_ = all.shape()[0], length_ = all.shape()[1];
     tokens_.assign(all.data<std::int64_t>(), all.data<std::int64_t>() + all.numel());
+    return logits;
   }
   void select_rows(const char* op, const std::vector<std::size_t>& rows) {
+    if (rows_ == 0 && length_ == 0) return;  // rows not known yet: the first step sets them
     std::vector<std::int64_t> out;
     out.reserve(rows.size() * length_);
     for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -67,15 +83,8 @@ class DecoderSession final : public DecodingSession {
     const char* op = "DecodingSession::step";
     check_step_tokens(op, tokens, batch());
     if (use_cache_) return model_.forward_step(tokens, cache_);
-    const std::size_t L = history_.length(), t = tokens.shape()[1], max_len = max_length();
-    if (t > max_len - L)
-      throw_error<ValueError>(op, "the session holds ", L, " tokens per row and tokens ", tokens.shape(), " add ", t,
-                              ": ", L + t, " would exceed the model's max_len ", max_len, " (config.max_len)");
-    NoGradGuard no_grad;
-    const Tensor all = history_.with(tokens);
-    Tensor logits = narrow(model_.forward(all), 1, L, t);
-    history_.commit(all);
-    return logits;
+    return history_.step(op, tokens, max_length(), "max_len",
+                         [&](const Tensor& all) { return model_.forward(all); });
   }
   void select_rows(const std::vector<std::size_t>& rows) override {
     if (use_cache_) cache_.select_rows(rows);
@@ -93,10 +102,204 @@ class DecoderSession final : public DecodingSession {
   TokenHistory history_;
 };
 
+class Seq2SeqSession final : public DecodingSession {
+ public:
+  Seq2SeqSession(Seq2SeqTransformer& model, const Tensor& src, const Tensor& src_key_padding_mask, bool use_cache)
+      : model_(model), use_cache_(use_cache) {
+    NoGradGuard no_grad;
+    memory_ = model.encode(src, src_key_padding_mask);
+    memory_key_padding_mask_ = src_key_padding_mask;
+    history_ = TokenHistory(src.shape()[0]);
+    sources_.resize(src.shape()[0]);
+    for (std::size_t i = 0; i < sources_.size(); ++i) sources_[i] = i;
+    if (use_cache_) cache_ = model.start(memory_, src_key_padding_mask);
+  }
+  Tensor step(const Tensor& tokens) override {
+    const char* op = "DecodingSession::step";
+    check_step_tokens(op, tokens, batch());
+    if (use_cache_) return model_.step(tokens, cache_);
+    return history_.step(op, tokens, max_length(), "max_tgt_len",
+                         [&](const Tensor& all) { return model_.decode(all, memory_, memory_key_padding_mask_); });
+  }
+  void select_rows(const std::vector<std::size_t>& rows) override {
+    const char* op = "DecodingSession::select_rows";
+    if (use_cache_) {
+      cache_.select_rows(rows);
+      return;
+    }
+    std::vector<std::size_t> sources(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i] >= sources_.size())
+        throw_error<IndexError>(op, "row ", rows[i], " (entry ", i, " of 'rows') is out of range for ",
+                                sources_.size(), " rows");
+      sources[i] = sources_[rows[i]];
+    }
+    if (sources != sources_) {  // as TransformerDecoderCache: memory rows copied only when needed
+      memory_ = xgrad::select_rows(op, memory_, rows);
+      if (memory_key_padding_mask_.defined())
+        memory_key_padding_mask_ = xgrad::select_rows(op, memory_key_padding_mask_, rows);
+      sources_ = std::move(sources);
+    }
+    history_.select_rows(op, rows);
+  }
+  std::size_t length() const override { return use_cache_ ? cache_.length() : history_.length(); }
+  std::size_t max_length() const override { return model_.options.max_tgt_len(); }
+  std::size_t batch() const override { return use_cache_ ? cache_.batch() : history_.rows(); }
+  bool cached() const override { return use_cache_; }
+
+ private:
+  Seq2SeqTransformer& model_;
+  bool use_cache_;
+  Tensor memory_, memory_key_padding_mask_;
+  std::vector<std::size_t> sources_;  // row i decodes source row sources_[i]
+  TransformerDecoderCache cache_;
+  TokenHistory history_;
+};
+
+// out[j] = x[j] - log(sum_k exp(x[k])) in float64 (the max subtracted first).
+void log_softmax_row(const double* x, std::size_t V, double* out) {
+  const double mx = *std::max_element(x, x + V);
+  double total = 0;
+  for (std::size_t j = 0; j < V; ++j) total += std::exp(x[j] - mx);
+  const double lse = mx + std::log(total);
+  for (std::size_t j = 0; j < V; ++j) out[j] = x[j] - lse;
+}
+
+// The session fresh, with rows, and the number of tokens a search may produce.
+std::size_t search_length(const char* op, DecodingSession& session, std::size_t max_length) {
+  if (session.batch() == 0)
+    throw_error<ValueError>(op, "the session has no rows yet (make it from a batch of sources)");
+  if (session.length() != 0)
+    throw_error<ValueError>(op, "the session already holds ", session.length(), " tokens per row (use a fresh one)");
+  const std::size_t limit = session.max_length();
+  if (max_length > limit)
+    throw_error<ValueError>(op, "max_length ", max_length, " is more than the model's ", limit, " target positions");
+  return max_length ? max_length : limit;
+}
+
+// (N, 1, V) logits -> per row log-probabilities, row-major (N, V).
+std::vector<double> step_log_probs(DecodingSession& session, const std::vector<std::int64_t>& tokens,
+                                   std::size_t& V) {
+  const Tensor logits = session.step(index_tensor(tokens, {tokens.size(), 1}));
+  V = logits.shape()[2];
+  std::vector<double> lp = logits.to_vector();
+  for (std::size_t i = 0; i < tokens.size(); ++i) log_softmax_row(lp.data() + i * V, V, lp.data() + i * V);
+  return lp;
+}
+
 }  // namespace
 
 std::unique_ptr<DecodingSession> decoding_session(TransformerDecoder& model, bool use_cache) {
   return std::make_unique<DecoderSession>(model, use_cache);
+}
+
+std::unique_ptr<DecodingSession> decoding_session(Seq2SeqTransformer& model, const Tensor& src,
+                                                  const Tensor& src_key_padding_mask, bool use_cache) {
+  return std::make_unique<Seq2SeqSession>(model, src, src_key_padding_mask, use_cache);
+}
+
+std::vector<std::vector<std::int64_t>> greedy_decode(DecodingSession& session, const GreedyOptions& o) {
+  const std::size_t m = search_length("greedy_decode", session, o.max_length), N = session.batch();
+  std::vector<std::vector<std::int64_t>> out(N);
+  std::vector<bool> done(N, false);
+  std::vector<std::int64_t> cur(N, o.bos);
+  for (std::size_t k = 0; k < m; ++k) {
+    std::size_t V = 0;
+    const std::vector<double> lp = step_log_probs(session, cur, V);
+    for (std::size_t i = 0; i < N; ++i) {
+      const double* row = lp.data() + i * V;
+      const auto best = std::int64_t(std::max_element(row, row + V) - row);  // the first maximum
+      if (!done[i] && best == o.eos) done[i] = true;
+      else if (!done[i]) out[i].push_back(best);
+      cur[i] = done[i] ? o.eos : best;
+    }
+    if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
+  }
+  return out;
+}
+
+std::vector<std::vector<BeamHypothesis>> beam_search(DecodingSession& session, const BeamSearchOptions& o) {
+  const char* op = "beam_search";
+  if (o.beam_width == 0) throw_error<ValueError>(op, "beam_width must be >= 1, got 0");
+  if (!std::isfinite(o.length_penalty))
+    throw_error<ValueError>(op, "length_penalty must be finite, got ", o.length_penalty);
+  const std::size_t m = search_length(op, session, o.max_length), N = session.batch(), K = o.beam_width;
+  const double ninf = -std::numeric_limits<double>::infinity();
+  auto penalty = [&](std::size_t len) { return std::pow((5.0 + double(len)) / 6.0, o.length_penalty); };
+  struct Beam {
+    std::vector<std::int64_t> tokens;
+    double log_prob;
+  };
+  struct Candidate {
+    double log_prob;
+    std::size_t beam;
+    std::int64_t token;
+  };
+  // K rows per source row; only the first beam is live at the start.
+  std::vector<std::size_t> rows;
+  for (std::size_t n = 0; n < N; ++n) rows.insert(rows.end(), K, n);
+  session.select_rows(rows);
+  std::vector<std::vector<Beam>> beams(N, std::vector<Beam>(K, Beam{{}, ninf}));
+  for (auto& b : beams) b[0].log_prob = 0;
+  std::vector<std::vector<BeamHypothesis>> finished(N);
+  std::vector<bool> done(N, false);
+  auto add_finished = [&](std::size_t n, BeamHypothesis h) {  // keeps the K best, best first (stable)
+    auto& f = finished[n];
+    f.insert(std::upper_bound(f.begin(), f.end(), h,
+                              [](const BeamHypothesis& a, const BeamHypothesis& b) { return a.score > b.score; }),
+             std::move(h));
+    if (f.size() > K) f.pop_back();
+  };
+  std::vector<std::int64_t> cur(N * K, o.bos);
+  for (std::size_t k = 0; k < m; ++k) {
+    std::size_t V = 0;
+    const std::vector<double> lp = step_log_probs(session, cur, V);
+    std::vector<std::size_t> parent(N * K);
+    std::vector<std::int64_t> next(N * K, o.eos);
+    for (std::size_t n = 0; n < N; ++n) {
+      for (std::size_t j = 0; j < K; ++j) parent[n * K + j] = n * K + j;
+      if (done[n]) continue;
+      std::vector<Candidate> cands;
+      for (std::size_t j = 0; j < K; ++j) {
+        if (beams[n][j].log_prob == ninf) continue;
+        const double* row = lp.data() + (n * K + j) * V;
+        for (std::size_t v = 0; v < V; ++v) cands.push_back({beams[n][j].log_prob + row[v], j, std::int64_t(v)});
+      }
+      const std::size_t top = std::min(cands.size(), 2 * K);
+      std::partial_sort(cands.begin(), cands.begin() + long(top), cands.end(), [](const Candidate& a, const Candidate& b) {
+        if (a.log_prob != b.log_prob) return a.log_prob > b.log_prob;
+        return a.beam != b.beam ? a.beam < b.beam : a.token < b.token;
+      });
+      std::vector<Beam> live;
+      for (std::size_t r = 0; r < top && live.size() < K; ++r) {
+        const Candidate& c = cands[r];
+        const Beam& from = beams[n][c.beam];
+        if (c.token == o.eos) {  // only among the K best ranks, as Hugging Face's scorer
+          if (r < K) add_finished(n, {from.tokens, c.log_prob, c.log_prob / penalty(k + 1), true});
+          continue;
+        }
+        parent[n * K + live.size()] = n * K + c.beam;
+        next[n * K + live.size()] = c.token;
+        live.push_back({from.tokens, c.log_prob});
+        live.back().tokens.push_back(c.token);
+      }
+      while (live.size() < K) live.push_back({{}, ninf});  // fewer candidates than beams (tiny vocabulary)
+      beams[n] = std::move(live);
+      if (finished[n].size() >= K &&
+          (beams[n][0].log_prob == ninf || finished[n].back().score >= beams[n][0].log_prob / penalty(k + 1)))
+        done[n] = true;
+    }
+    if (std::all_of(done.begin(), done.end(), [](bool d) { return d; }) || k + 1 == m) break;
+    bool identity = true;
+    for (std::size_t i = 0; i < parent.size(); ++i) identity = identity && parent[i] == i;
+    if (!identity) session.select_rows(parent);
+    cur = next;
+  }
+  for (std::size_t n = 0; n < N; ++n)
+    if (!done[n])
+      for (const Beam& b : beams[n])
+        if (b.log_prob != ninf) add_finished(n, {b.tokens, b.log_prob, b.log_prob / penalty(b.tokens.size()), false});
+  return finished;
 }
 
 Tensor greedy_next_token(const Tensor& logits) {

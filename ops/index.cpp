@@ -9,6 +9,7 @@
 // argmax / argmin / topk indices are Int64 and never recorded.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
 #include "xgrad/ops/detail.hpp"
@@ -142,6 +143,12 @@ BackwardFn gather_backward(std::size_t axis, const Tensor& index) {
   };
 }
 
+// a + b; for Int64 in two's complement (wrapping like PyTorch, without signed overflow).
+template <class T> T add_wrapping(T a, T b) {
+  if constexpr (std::is_same_v<T, std::int64_t>) return std::int64_t(std::uint64_t(a) + std::uint64_t(b));
+  else return a + b;
+}
+
 // x float or Int64, src of x's dtype.
 void check_addable(const char* op, const Tensor& x, const Tensor& src) {
   check_numeric(op, x);
@@ -273,10 +280,56 @@ Tensor argmin(const Tensor& x) { return arg_reduce_all<false>("argmin", x); }
 
 // --- topk ----------------------------------------------------------------------------------
 
-// Per (o, r): the row x[o, :, r] sorted by the strict total order "better value first, then
-// lower position" (NaN better than any number when largest, worse when smallest), its first
-// k kept: std::partial_sort with a total order has exactly one correct result, so every
-// standard library gives the same one.
+namespace {
+// An unsigned key whose order is topk's order of values, better first: the value order with
+// -0 == +0 and every NaN above +inf (largest), or its reverse (smallest). For floats: the
+// IEEE bits with the sign flipped (positive) or all bits flipped (negative) order like the
+// numbers; NaN becomes the largest key. Integer comparisons only in the selection loop.
+template <class T> std::uint64_t rank_key(T v, bool largest) {
+  std::uint64_t key;
+  if constexpr (std::is_same_v<T, std::int64_t>) {
+    key = std::uint64_t(v) ^ (std::uint64_t(1) << 63);
+  } else {
+    using U = std::conditional_t<std::is_same_v<T, float>, std::uint32_t, std::uint64_t>;
+    constexpr U sign = U(1) << (8 * sizeof(U) - 1);
+    U bits;
+    if (std::isnan(v)) {
+      bits = U(~U(0));
+    } else {
+      const T canonical = v == T(0) ? T(0) : v;  // -0 -> +0
+      std::memcpy(&bits, &canonical, sizeof bits);
+      bits = (bits & sign) ? U(~bits) : U(bits | sign);
+    }
+    key = bits;
+    if (!largest) key = U(~bits);
+    return key;
+  }
+  return largest ? key : ~key;
+}
+
+// row[0, k) = the k first items of row in the strict total order `before`, in that order.
+// Small k (the logits case: k <= 32 of V ~ 100): one pass keeping the best k so far sorted,
+// most items costing one comparison with the current k-th; larger k: std::partial_sort. Both
+// give the one correct answer of a total order, so the result never depends on the path or on
+// the standard library.
+template <class Item, class Before> void select_best(std::vector<Item>& row, std::size_t k, Before before) {
+  if (k > 32) {
+    std::partial_sort(row.begin(), row.begin() + long(k), row.end(), before);
+    return;
+  }
+  std::size_t have = 0;  // row[0, have) holds the best so far, sorted; have <= i
+  for (std::size_t i = 0; i < row.size() && k > 0; ++i) {
+    const Item item = row[i];
+    if (have == k && !before(item, row[k - 1])) continue;
+    std::size_t j = have < k ? have++ : k - 1;
+    for (; j > 0 && before(item, row[j - 1]); --j) row[j] = row[j - 1];
+    row[j] = item;
+  }
+}
+}  // namespace
+
+// Per (o, r): the first k of the row x[o, :, r] in the strict total order "better value first,
+// then lower position" (NaN better than any number when largest, worse when smallest).
 TopK topk(const Tensor& x_in, long k, long axis, bool largest, bool sorted) {
   const char* op = "topk";
   check_numeric(op, x_in);
@@ -297,21 +350,16 @@ TopK topk(const Tensor& x_in, long k, long axis, bool largest, bool sorted) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
     struct Item {
-      T v;
+      std::uint64_t key;  // larger is better (rank_key)
       std::int64_t i;
     };
-    auto before = [largest](const Item& a, const Item& b) {
-      const bool an = is_nan(a.v), bn = is_nan(b.v);
-      if (an != bn) return largest ? an : bn;
-      if (!an && a.v != b.v) return largest ? a.v > b.v : a.v < b.v;
-      return a.i < b.i;
-    };
+    auto before = [](const Item& a, const Item& b) { return a.key > b.key || (a.key == b.key && a.i < b.i); };
     std::vector<Item> row(n);
     for (std::size_t o = 0; o < s.outer; ++o)
       for (std::size_t r = 0; r < s.inner; ++r) {
         const T* xr = px + o * n * s.inner + r;
-        for (std::size_t i = 0; i < n; ++i) row[i] = {xr[i * s.inner], std::int64_t(i)};
-        std::partial_sort(row.begin(), row.begin() + long(kk), row.end(), before);
+        for (std::size_t i = 0; i < n; ++i) row[i] = {rank_key(xr[i * s.inner], largest), std::int64_t(i)};
+        select_best(row, kk, before);
         if (!sorted)
           std::sort(row.begin(), row.begin() + long(kk), [](const Item& a, const Item& b) { return a.i < b.i; });
         std::int64_t* ir = pi + o * kk * s.inner + r;
@@ -365,8 +413,10 @@ Tensor scatter_add(const Tensor& x, long axis, const Tensor& index, const Tensor
     const std::int64_t* pi = index.data<std::int64_t>();
     for_each_gather_row(x.shape(), index.shape(), ax,
                         [&](std::size_t ox, std::size_t oi, std::size_t n, std::size_t sx, std::size_t as) {
-                          for (std::size_t i = 0; i < n; ++i)
-                            po[ox + i * sx + std::size_t(pi[oi + i]) * as] += ps[oi + i];
+                          for (std::size_t i = 0; i < n; ++i) {
+                            T& to = po[ox + i * sx + std::size_t(pi[oi + i]) * as];
+                            to = add_wrapping(to, ps[oi + i]);
+                          }
                         });
     return make_tensor(std::move(out));
   });
@@ -444,7 +494,7 @@ Tensor index_add(const Tensor& x, long axis, const Tensor& index_in, const Tenso
       for (std::size_t j = 0; j < m; ++j) {
         T* row = out.data() + (o * s.n + std::size_t(pi[j])) * s.inner;
         const T* from = ps + (o * m + j) * s.inner;
-        for (std::size_t r = 0; r < s.inner; ++r) row[r] += from[r];
+        for (std::size_t r = 0; r < s.inner; ++r) row[r] = add_wrapping(row[r], from[r]);
       }
     return make_tensor(std::move(out));
   });

@@ -63,7 +63,8 @@ TopK topk(const Tensor& x, long k, long axis = -1, bool largest = true, bool sor
 Tensor gather(const Tensor& x, long axis, const Tensor& index);
 // Tensor.scatter_add(axis, index, src): a copy of x with src added at the gathered positions,
 //   y = x;  y[i0..., index[i0..., j, ...], ...] += src[i0..., j, ...]
-// (repeated indices add up, in row-major order of index). x: float or Int64; src: x's dtype
+// (repeated indices add up, in row-major order of index; Int64 wraps around on overflow, as
+// PyTorch). x: float or Int64; src: x's dtype
 // and exactly index's shape (PyTorch also takes a larger src and ignores the rest: refused
 // here, so that scatter_add and gather stay exact adjoints). Differentiable in x and src:
 //   dx = g,  dsrc = gather(g, axis, index).

@@ -7,6 +7,18 @@
 #include "xgrad/ops/shape.hpp"
 
 namespace xgrad {
+namespace {
+// Shape ops move values of any dtype (Int64 indices and Bool masks too); only float inputs
+// can require grad, so only they are ever recorded.
+void check_defined(const char* op, const char* arg, const Tensor& t) {
+  if (!t.defined()) throw_error<ValueError>(op, "argument '", arg, "' is undefined");
+}
+// f(T{}) with T the element type of x's dtype (float, double, bool or int64_t).
+template <class F> decltype(auto) visit_dtype(const Tensor& x, F&& f) {
+  return std::visit([&](const auto& a) { return f(typename std::decay_t<decltype(a)>::value_type{}); },
+                    static_cast<const ArrayVariant&>(*x.impl()->value));
+}
+}  // namespace
 
 // y = x viewed as `shape` (a copy);  dx = reshape(g, X). Masks and indices reshape too.
 Tensor reshape(const Tensor& x, const Shape& shape) {
@@ -29,7 +41,7 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
 Tensor flatten(const Tensor& x) { return reshape(x, {x.numel()}); }
 
 Tensor unsqueeze(const Tensor& x, long axis) {
-  check_float("unsqueeze", "x", x);
+  check_defined("unsqueeze", "x", x);
   Shape s = x.shape();
   const long r = long(x.dim()) + 1;  // the result's rank: -1 appends
   if (axis < -r || axis >= r)
@@ -40,7 +52,7 @@ Tensor unsqueeze(const Tensor& x, long axis) {
 }
 
 Tensor squeeze(const Tensor& x, long axis) {
-  check_float("squeeze", "x", x);
+  check_defined("squeeze", "x", x);
   const std::size_t d = normalize_axis("squeeze", axis, x.shape());
   if (x.shape()[d] != 1)
     throw_error<ShapeError>("squeeze", "axis ", axis, " of argument 'x' ", x.shape(), " has size ", x.shape()[d], ", not 1");
@@ -57,7 +69,7 @@ Tensor permuted_copy(const char* op, const Tensor& x, const Shape& view, const s
   std::vector<std::size_t> src(perm.size());  // x's stride for each output axis
   const auto vs = detail::contiguous_strides(view);
   for (std::size_t k = 0; k < perm.size(); ++k) ys[k] = view[perm[k]], src[k] = vs[perm[k]];
-  return dispatch_float(op, x.dtype(), [&](auto zero) {
+  return visit_dtype(x, [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
     auto out = empty_array<T>(ys, op);
@@ -105,7 +117,7 @@ Tensor merge_heads(const Tensor& x) {
 
 // y[..., i_perm[k], ...] = x[...];  y.shape[k] = X[perm[k]];  dx = permute(g, perm^-1)
 Tensor permute(const Tensor& x, const std::vector<std::size_t>& perm) {
-  check_float("permute", "x", x);
+  check_defined("permute", "x", x);
   std::vector<std::size_t> sorted = perm;
   std::sort(sorted.begin(), sorted.end());
   std::vector<std::size_t> iota(x.dim());
@@ -122,7 +134,7 @@ Tensor permute(const Tensor& x, const std::vector<std::size_t>& perm) {
 }
 
 Tensor transpose(const Tensor& x, long axis0, long axis1) {
-  check_float("transpose", "x", x);
+  check_defined("transpose", "x", x);
   std::vector<std::size_t> perm(x.dim());
   std::iota(perm.begin(), perm.end(), 0);
   std::swap(perm[normalize_axis("transpose", axis0, x.shape())],
@@ -147,7 +159,7 @@ Tensor patchify(const Tensor& images, std::size_t p) {
 // x: (outer, n, inner) -> y: (outer, length, inner), y[o, i, r] = x[o, start + i, r]
 // dx = unnarrow(g, axis, start, n)
 Tensor narrow(const Tensor& x, long axis, std::size_t start, std::size_t length) {
-  check_float("narrow", "x", x);
+  check_defined("narrow", "x", x);
   const std::size_t ax = normalize_axis("narrow", axis, x.shape());
   if (start > x.shape()[ax] || length > x.shape()[ax] - start)
     throw_error<IndexError>("narrow", "range [", start, ", ",
@@ -156,7 +168,7 @@ Tensor narrow(const Tensor& x, long axis, std::size_t start, std::size_t length)
   Shape ys = x.shape();
   ys[ax] = length;
   const auto s = detail::split_at(x.shape(), ax);
-  Tensor y = dispatch_float("narrow", x.dtype(), [&](auto zero) {
+  Tensor y = visit_dtype(x, [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
     auto out = empty_array<T>(ys, "narrow");
@@ -174,7 +186,7 @@ Tensor narrow(const Tensor& x, long axis, std::size_t start, std::size_t length)
 // [start, end) resolved as libtorch's slice: +size when negative, clamped to [0, size],
 // end raised to start when smaller; then narrow(x, dim, start, end - start).
 Tensor slice(const Tensor& x, long dim, long start, long end) {
-  check_float("slice", "x", x);
+  check_defined("slice", "x", x);
   const std::size_t ax = normalize_axis("slice", dim, x.shape());
   const long n = long(x.shape()[ax]);
   auto resolve = [n](long i) { return std::min(std::max(i < 0 ? i + n : i, 0L), n); };
@@ -185,7 +197,7 @@ Tensor slice(const Tensor& x, long dim, long start, long end) {
 // x: (outer, m, inner) -> y: (outer, size, inner), zeros except y[o, start + i, r] = x[o, i, r]
 // dx = narrow(g, axis, start, m)
 Tensor unnarrow(const Tensor& x, long axis, std::size_t start, std::size_t size) {
-  check_float("unnarrow", "x", x);
+  check_defined("unnarrow", "x", x);
   const std::size_t ax = normalize_axis("unnarrow", axis, x.shape());
   const std::size_t m = x.shape()[ax];
   if (start > size || m > size - start)
@@ -193,7 +205,7 @@ Tensor unnarrow(const Tensor& x, long axis, std::size_t start, std::size_t size)
   Shape ys = x.shape();
   ys[ax] = size;
   const auto s = detail::split_at(x.shape(), ax);
-  Tensor y = dispatch_float("unnarrow", x.dtype(), [&](auto zero) {
+  Tensor y = visit_dtype(x, [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
     xt::xarray<T> out = empty_array<T>(ys, "unnarrow");
@@ -211,7 +223,11 @@ Tensor unnarrow(const Tensor& x, long axis, std::size_t start, std::size_t size)
 Tensor concat(const std::vector<Tensor>& xs, long axis) {
   if (xs.empty()) throw_error<ValueError>("concat", "argument 'xs' is an empty list");
   for (std::size_t k = 0; k < xs.size(); ++k) {
-    check_same_float("concat", "xs[0]", xs[0], ("xs[" + std::to_string(k) + "]").c_str(), xs[k]);
+    check_defined("concat", ("xs[" + std::to_string(k) + "]").c_str(), xs[k]);
+    if (xs[k].dtype() != xs[0].dtype())
+      throw_error<DTypeError>("concat", "mixed dtypes: 'xs[0]' is ", dtype_name(xs[0].dtype()), ' ', xs[0].shape(),
+                              ", 'xs[", k, "]' is ", dtype_name(xs[k].dtype()), ' ', xs[k].shape(),
+                              " (convert with .to())");
   }
   const std::size_t ax = normalize_axis("concat", axis, xs[0].shape());
   Shape ys = xs[0].shape();
@@ -226,7 +242,7 @@ Tensor concat(const std::vector<Tensor>& xs, long axis) {
     ys[ax] += sizes.back();
   }
   const auto s = detail::split_at(ys, ax);
-  Tensor y = dispatch_float("concat", xs[0].dtype(), [&](auto zero) {
+  Tensor y = visit_dtype(xs[0], [&](auto zero) {
     using T = decltype(zero);
     auto out = empty_array<T>(ys, "concat");
     std::size_t offset = 0;
@@ -251,7 +267,7 @@ Tensor concat(const std::vector<Tensor>& xs, long axis) {
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<std::size_t>& sizes, long axis) {
-  check_float("split", "x", x);
+  check_defined("split", "x", x);
   const std::size_t ax = normalize_axis("split", axis, x.shape());
   const std::size_t total = std::accumulate(sizes.begin(), sizes.end(), std::size_t{0});
   if (total != x.shape()[ax])
@@ -267,7 +283,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::size_t>& sizes
 }
 
 std::vector<Tensor> chunk(const Tensor& x, std::size_t n, long axis) {
-  check_float("chunk", "x", x);
+  check_defined("chunk", "x", x);
   const std::size_t size = x.shape()[normalize_axis("chunk", axis, x.shape())];
   if (n == 0 || size % n != 0)
     throw_error<ShapeError>("chunk", "axis ", axis, " of argument 'x' ", x.shape(), " does not split into ", n,

@@ -1,4 +1,8 @@
 // xgrad/ops/shape.hpp — reshaping, permuting, slicing and joining.
+//
+// These ops move values of any dtype (Int64 indices and Bool masks as well as floats, as in
+// PyTorch), except split_heads, merge_heads and patchify (float only); only float tensors are
+// differentiable, so only they are recorded.
 #pragma once
 #include <climits>
 #include <vector>

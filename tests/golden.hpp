@@ -58,6 +58,11 @@ constexpr double kRtol = 1e-5;
 constexpr double kAtol = 1e-6;
 constexpr double kNorm = 4e-6;
 
+// The bound above with other constants (float64 fixtures: tests/test_seq2seq.cpp).
+struct Tolerance {
+  double rtol = kRtol, atol = kAtol, norm = kNorm;
+};
+
 // One loaded fixture; remembers which tensors the test used.
 struct Golden {
   std::string name;
@@ -123,7 +128,7 @@ struct Deviation {
 
 // Elementwise |actual - expected| <= kAtol + kRtol |expected|; NaN anywhere fails.
 inline void compare(const std::string& what, const Tensor& actual, const Tensor& expected,
-             Deviation& dev) {
+             Deviation& dev, const Tolerance& tol = {}) {
   BOOST_TEST_CONTEXT(what) {
     BOOST_TEST_REQUIRE(actual.defined());
     BOOST_TEST_REQUIRE(shape_str(actual.shape()) == shape_str(expected.shape()));
@@ -131,13 +136,13 @@ inline void compare(const std::string& what, const Tensor& actual, const Tensor&
     double scale = 0;  // largest finite |torch| in this tensor
     for (double v : b)
       if (std::isfinite(v)) scale = std::max(scale, std::abs(v));
-    const double floor = kAtol + kNorm * scale;
+    const double floor = tol.atol + tol.norm * scale;
     double worst_ratio = 0;
     std::size_t at = 0;
     for (std::size_t i = 0; i < a.size(); ++i) {
       if (std::isinf(b[i]) && a[i] == b[i]) continue;  // equal infinities
       const double err = std::abs(a[i] - b[i]);
-      const double ratio = std::isnan(err) ? INFINITY : err / (floor + kRtol * std::abs(b[i]));
+      const double ratio = std::isnan(err) ? INFINITY : err / (floor + tol.rtol * std::abs(b[i]));
       if (ratio > worst_ratio) worst_ratio = ratio, at = i;
       if (std::isnan(err)) continue;
       dev.max_abs = std::max(dev.max_abs, err);
@@ -152,8 +157,8 @@ inline void compare(const std::string& what, const Tensor& actual, const Tensor&
     if (worst_ratio > 1.0)
       os << what << " " << shape_str(expected.shape()) << ": worst at flat index " << at
          << ": xgrad " << a[at] << " vs torch " << b[at] << " (|diff| "
-         << std::abs(a[at] - b[at]) << ", " << worst_ratio << " x the bound " << kAtol
-         << " + " << kNorm << " * max|torch| (" << scale << ") + " << kRtol << " * |torch|)";
+         << std::abs(a[at] - b[at]) << ", " << worst_ratio << " x the bound " << tol.atol
+         << " + " << tol.norm << " * max|torch| (" << scale << ") + " << tol.rtol << " * |torch|)";
     BOOST_TEST(worst_ratio <= 1.0, os.str());
   }
 }
@@ -176,7 +181,7 @@ inline void report(const Golden& g, const Deviation& d) {
 // Gradients of sum(output * upstream) w.r.t. the named inputs and the module's parameters,
 // compared with "grad.<input>" and "grad.param.<name>".
 inline void compare_grads(Golden& g, const Tensor& output, const NamedTensors& inputs,
-                   const NamedTensors& params, Deviation& dev) {
+                   const NamedTensors& params, Deviation& dev, const Tolerance& tol = {}) {
   Tensor loss = sum(mul(output, g.at("upstream")));
   std::vector<Tensor> wrt;
   for (auto& [n, t] : inputs) wrt.push_back(t);
@@ -184,10 +189,10 @@ inline void compare_grads(Golden& g, const Tensor& output, const NamedTensors& i
   std::vector<Tensor> gs = grad({loss}, wrt);
   BOOST_TEST_REQUIRE(gs.size() == wrt.size());
   for (std::size_t i = 0; i < inputs.size(); ++i)
-    compare("grad." + inputs[i].first, gs[i], g.at("grad." + inputs[i].first), dev);
+    compare("grad." + inputs[i].first, gs[i], g.at("grad." + inputs[i].first), dev, tol);
   for (std::size_t i = 0; i < params.size(); ++i)
     compare("grad.param." + params[i].first, gs[inputs.size() + i],
-            g.at("grad.param." + params[i].first), dev);
+            g.at("grad.param." + params[i].first), dev, tol);
 }
 
 inline std::set<std::string> names_of(const NamedTensors& ts) {

@@ -154,7 +154,7 @@ BOOST_AUTO_TEST_CASE(bool_and_int_tensors_in_float_ops) {
   CHECK_THROWS(linear(m, r64({4, 3})), DTypeError, "linear", "'x'", "bool", "(2, 3)");
   CHECK_THROWS(pow(m, 2.0), DTypeError, "pow", "'x'", "bool", "(2, 3)");
   CHECK_THROWS(masked_fill(idx, m, 0.0), DTypeError, "masked_fill", "'x'", "int64", "(2, 3)");
-  CHECK_THROWS(transpose(m, 0, 1), DTypeError, "transpose", "'x'", "bool", "(2, 3)");
+  CHECK_THROWS(split_heads(m, 1), DTypeError, "split_heads", "'x'", "bool", "(2, 3)");  // transpose takes any dtype
   CHECK_THROWS(m.to(DType::Float32), DTypeError, "to", "bool", "(2, 3)");
 }
 

@@ -539,6 +539,14 @@ BOOST_AUTO_TEST_CASE(gather_against_a_plain_loop_any_dtype) {
   // index_add with repeated indices (embedding backward's sums).
   Tensor acc = index_add(zeros({3, 2}, DType::Float64), 0, index_tensor({2, 0, 2}, {3}), f64({1, 2, 3, 4, 5, 6}, {3, 2}));
   BOOST_TEST(acc.to_vector() == (Vec{3, 4, 0, 0, 6, 8}), boost::test_tools::per_element());
+  // Int64 adds wrap around (no undefined signed overflow).
+  const std::int64_t top = std::numeric_limits<std::int64_t>::max();
+  BOOST_TEST(ints_of(scatter_add(index_tensor({top, 1}, {2}), 0, index_tensor({0, 0}, {2}), index_tensor({1, 2}, {2}))) ==
+                 (IVec{std::numeric_limits<std::int64_t>::min() + 2, 1}),
+             boost::test_tools::per_element());
+  BOOST_TEST(ints_of(index_add(index_tensor({1, top}, {2}), 0, index_tensor({1}, {1}), index_tensor({1}, {1}))) ==
+                 (IVec{1, std::numeric_limits<std::int64_t>::min()}),
+             boost::test_tools::per_element());
   // Rank 0 x and index; empty index.
   BOOST_TEST(gather(scalar(5, DType::Float64), 0, index_tensor({0}, {})).item() == 5.0);
   BOOST_TEST(shape_str(gather(f64({1, 2}, {2}), 0, index_tensor({}, {0})).shape()) == "(0)");
@@ -570,6 +578,30 @@ BOOST_AUTO_TEST_CASE(gather_family_errors_name_the_index_and_its_position) {
                            {"index_add", "'src' (1, 3)", "(2, 2)"});
   check_throws<IndexError>([] { gather(f64({}, {2, 0}), 1, index_tensor({0}, {1, 1})); },
                            {"gather", "index 0", "it is empty"});
+}
+
+// Shape ops move Int64 and Bool tensors too: the char GPT's target gather and beam search's
+// token histories are written with them.
+BOOST_AUTO_TEST_CASE(shape_ops_take_index_and_mask_tensors) {
+  // gather(log_probs (B, T, V), -1, unsqueeze(targets, -1)) -> (B, T, 1), the PyTorch idiom.
+  Tensor logp = f64({0.1, 0.2, 0.7, 0.3, 0.3, 0.4, 0.5, 0.25, 0.25, 0.6, 0.2, 0.2}, {2, 2, 3});
+  Tensor targets = index_tensor({2, 0, 1, 0}, {2, 2});
+  Tensor picked = squeeze(gather(logp, -1, unsqueeze(targets, -1)), -1);
+  BOOST_TEST(picked.to_vector() == (Vec{0.7, 0.3, 0.25, 0.6}), boost::test_tools::per_element());
+  // Histories (beams, t) extended by one token, the oldest dropped, reordered.
+  Tensor hist = index_tensor({1, 2, 3, 4}, {2, 2});
+  Tensor longer = concat({hist, index_tensor({7, 8}, {2, 1})}, 1);
+  BOOST_TEST(ints_of(longer) == (IVec{1, 2, 7, 3, 4, 8}), boost::test_tools::per_element());
+  BOOST_TEST(ints_of(narrow(longer, 1, 1, 2)) == (IVec{2, 7, 4, 8}), boost::test_tools::per_element());
+  BOOST_TEST(ints_of(slice(longer, 1, -1)) == (IVec{7, 8}), boost::test_tools::per_element());
+  BOOST_TEST(ints_of(transpose(hist, 0, 1)) == (IVec{1, 3, 2, 4}), boost::test_tools::per_element());
+  const auto halves = chunk(longer, 2, 0);
+  BOOST_TEST(ints_of(halves[1]) == (IVec{3, 4, 8}), boost::test_tools::per_element());
+  Tensor mask = bool_tensor({true, false, false, false, true, true}, {2, 3});
+  BOOST_TEST(bools_of(permute(mask, {1, 0})) == (std::vector<bool>{true, false, false, true, false, true}),
+             boost::test_tools::per_element());
+  BOOST_TEST(ints_of(unnarrow(index_tensor({5}, {1}), 0, 1, 3)) == (IVec{0, 5, 0}), boost::test_tools::per_element());
+  check_throws<DTypeError>([&] { concat({hist, f64({1, 2}, {2, 1})}, 1); }, {"concat", "xs[1]", "float64", "int64"});
 }
 
 // ===== logsumexp ===============================================================================

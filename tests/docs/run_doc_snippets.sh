@@ -29,8 +29,13 @@ for doc in "${docs[@]}"; do
 done
 [[ -f "$work/project/index.tsv" ]] || { echo "no cpp blocks found in ${docs[*]}" >&2; exit 1; }
 
-programs=() bad=0 fragments=0
+programs=() bad=0 fragments=0 skipped=0
+have_distributed=$(sed -n 's/^XGRAD_HAVE_DISTRIBUTED:INTERNAL=//p' "$build/CMakeCache.txt")
 while IFS=$'\t' read -r name where kind; do
+  if [[ $kind == program && $have_distributed != ON ]] && grep -q '#include <xgrad/distributed/' "$work/project/$name.cpp"; then
+    echo "skip $where: needs xgrad::distributed, not built (no MPI)"
+    skipped=$((skipped + 1)); continue
+  fi
   case $kind in
     program) programs+=("$name") ;;
     fragment) fragments=$((fragments + 1)); rm -f "$work/project/$name.cpp" ;;
@@ -48,6 +53,10 @@ done < "$work/project/index.tsv"
   for p in "${programs[@]}"; do
     echo "add_executable($p $p.cpp)"
     echo "target_link_libraries($p PRIVATE xgrad::xgrad)"
+    # A program on xgrad/distributed/ links xgrad::distributed (run without mpirun: one rank).
+    if grep -q '#include <xgrad/distributed/' "$work/project/$p.cpp"; then
+      echo "target_link_libraries($p PRIVATE xgrad::distributed)"
+    fi
     echo "set_target_properties($p PROPERTIES BUILD_RPATH \"\$<TARGET_FILE_DIR:xgrad::xgrad>\")"
   done
 } > "$work/project/CMakeLists.txt"
@@ -71,5 +80,5 @@ for p in "${programs[@]}"; do
   fi
   echo "ok   $where ($(wc -l < "$work/$p.out") lines of output)"
 done
-echo "doc snippets: ${#programs[@]} programs built and run, $failed failed; $fragments fragments; $bad unmarked blocks"
+echo "doc snippets: ${#programs[@]} programs built and run, $failed failed; $fragments fragments; $bad unmarked blocks; $skipped skipped (no xgrad::distributed)"
 [[ $failed -eq 0 && $bad -eq 0 ]]
