@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "common.hpp"
-#include "vit_model.hpp"
+#include "vit_options.hpp"
 
 using namespace xgrad;
 
@@ -160,14 +160,7 @@ int main(int argc, char** argv) {
   run.add(app, "--weight-decay", weight_decay, "AdamW weight decay", examples::non_negative_number());
   run.add(app, "--label-smoothing", label_smoothing, "label smoothing of the training loss (0 to < 1)",
           CLI::Range(0.0, 0.999));
-  run.add(app, "--patch", cfg.patch, "patch size in pixels (divides 28: 1, 2, 4, 7, 14, 28)",
-          CLI::IsMember({"1", "2", "4", "7", "14", "28"}));
-  run.add(app, "--dim", cfg.dim, "embedding size (a multiple of --heads)", examples::whole_number(1, 4096));
-  run.add(app, "--depth", cfg.depth, "Transformer blocks", examples::whole_number(1, 64));
-  run.add(app, "--heads", cfg.heads, "attention heads", examples::whole_number(1, 256));
-  run.add(app, "--mlp", cfg.mlp, "hidden width of each block's feed-forward layer", examples::whole_number(1, 65536));
-  run.add(app, "--pool", pool, "classify from the class token (cls) or the mean over patches (mean)",
-          CLI::IsMember({"cls", "mean"}));
+  examples::add_vit_options(app, run, cfg, pool);
   run.add_flag(app, "--flip", flip, "augment: flip each training image left-right with probability 1/2");
   run.add(app, "--train-subset", train_subset, "train on the first N training images", examples::whole_number(1, 60000));
   run.add(app, "--test-subset", test_subset, "evaluate on the first N test images", examples::whole_number(1, 10000));

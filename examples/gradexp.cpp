@@ -27,7 +27,7 @@
 #include <tuple>
 
 #include "common.hpp"
-#include "vit_model.hpp"
+#include "vit_options.hpp"
 
 using namespace xgrad;
 
@@ -88,6 +88,14 @@ nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::js
 nlohmann::json measure(const Model& model, const ImageBatch& train64, long step, double lr, const Settings& s) {
   auto probe = float64_copy(model);
   Model& m = *probe;
+  // The per-sample gradients (B x the parameters) first, freed before H keeps its graphs.
+  std::map<std::string, std::size_t> methods;
+  NoiseScale noise;
+  {
+    const PerSampleGradients ps = per_sample_gradients(m, [&] { return per_example_losses(m, train64); });
+    for (const auto& how : ps.methods) ++methods[how];
+    noise = gradient_noise_scale(ps.grads);
+  }
   const TensorFn loss_fn = parameter_function(m, [&] { return mean_loss(m, train64); });
   const HessianOperator H(loss_fn, m.parameters());
   nlohmann::json layers = nlohmann::json::object();
@@ -113,10 +121,6 @@ nlohmann::json measure(const Model& model, const ImageBatch& train64, long step,
   // A probe v of +-1 entries has |v|^2 = n: v^T H v / n is a Rayleigh quotient, <= lambda_max.
   const double n = double(m.parameter_count());
   const double rayleigh = *std::max_element(trace.values.begin(), trace.values.end()) / n;
-  const PerSampleGradients ps = per_sample_gradients(m, [&] { return per_example_losses(m, train64); });
-  std::map<std::string, std::size_t> methods;
-  for (const auto& how : ps.methods) ++methods[how];
-  const NoiseScale noise = gradient_noise_scale(ps.grads);
   return {{"step", step},
           {"lr", lr},
           {"two_over_lr", lr > 0 ? nlohmann::json(2 / lr) : nlohmann::json(nullptr)},
@@ -215,7 +219,8 @@ std::string trace_noise_script(const std::string& png, const std::vector<nlohman
   for (const auto& m : ms)
     if (!m["noise_scale"]["b_simple"].is_null()) b.emplace_back(m["step"].get<double>(), m["noise_scale"]["b_simple"].get<double>());
   std::string s = header(png, "Hessian trace (Hutchinson, +- 1 standard error) and gradient-noise scale B_simple") +
-                  "set ylabel 'trace'\nset y2label 'B_simple (examples)'\nset ytics nomirror\nset y2tics\n";
+                  "set ylabel 'trace'\nset y2label 'B_simple (examples)'\nset ytics nomirror\nset y2tics\n"
+                  "set key inside left top\n";
   if (b.empty()) s += "set label 1 'B_simple infinite at every evaluation (noise dominates)' at graph 0.02, graph 0.95\n";
   s += std::string("plot '-' with yerrorlines title 'tr(H)'") +
        (b.empty() ? "" : ", '-' axes x1y2 with linespoints title 'B_simple (finite points)'") + "\n";
@@ -306,14 +311,7 @@ int main(int argc, char** argv) {
   run.add(app, "--train-size", train_size, "training images, the first N (every step uses all of them)",
           examples::whole_number(2, 60000));
   run.add(app, "--test-size", test_size, "held-out images, the first N test images", examples::whole_number(1, 10000));
-  run.add(app, "--patch", cfg.patch, "patch size in pixels (divides 28: 1, 2, 4, 7, 14, 28)",
-          CLI::IsMember({"1", "2", "4", "7", "14", "28"}));
-  run.add(app, "--dim", cfg.dim, "embedding size (a multiple of --heads)", examples::whole_number(1, 1024));
-  run.add(app, "--depth", cfg.depth, "Transformer blocks", examples::whole_number(1, 16));
-  run.add(app, "--heads", cfg.heads, "attention heads", examples::whole_number(1, 64));
-  run.add(app, "--mlp", cfg.mlp, "hidden width of each block's feed-forward layer", examples::whole_number(1, 4096));
-  run.add(app, "--pool", pool, "classify from the class token (cls) or the mean over patches (mean)",
-          CLI::IsMember({"cls", "mean"}));
+  examples::add_vit_options(app, run, cfg, pool);
   run.add(app, "--eigenvalues", settings.eigenvalues, "top Hessian eigenvalues per evaluation (Lanczos)",
           examples::whole_number(1, 100));
   run.add(app, "--lanczos-iterations", settings.lanczos_iterations, "Hessian-vector products per Lanczos run (>= --eigenvalues)",

@@ -1,4 +1,4 @@
-// The Vision Transformer of the Fashion-MNIST examples (fashion_vit, gradexp --task vit) and
+// The Vision Transformer of the Fashion-MNIST examples (fashion_vit, gradexp) and
 // the image helpers both use: one definition, so the two train the same model.
 //
 // Image (28, 28) -> P x P patches (patchify), N = (28 / P)^2 of them, each flattened to P*P pixels
