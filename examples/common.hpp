@@ -200,6 +200,7 @@ struct CommonOptions {
   long eval_every = 100;
   bool no_plots = false;
   long stop_after = 0;        // stop this run after N steps, as if interrupted (0 = never)
+  double max_grad_norm = 1.0;  // train() clips the gradient's norm to this (0 = no clipping)
 };
 
 constexpr long kMaxSteps = 1000000000;
@@ -686,8 +687,10 @@ inline TrainResult train(const CommonOptions& opt, const RunConfig& run, long to
     Tensor loss = loss_at(r.steps);
     optimizer.zero_grad();
     loss.backward();
-    if (parallel) parallel->clip_grad_norm(1.0);
-    else clip_grad_norm(model.parameters(), 1.0);
+    if (opt.max_grad_norm > 0) {
+      if (parallel) parallel->clip_grad_norm(opt.max_grad_norm);
+      else clip_grad_norm(model.parameters(), opt.max_grad_norm);
+    }
     optimizer.step();
     ++r.steps, ++since;
     const double loss_value = parallel ? parallel->global_loss(loss.item()) : loss.item();

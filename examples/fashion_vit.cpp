@@ -1,8 +1,8 @@
 // fashion_vit: a Vision Transformer classifies Fashion-MNIST (Debian's dataset-fashion-mnist).
 //
-// Image (28, 28) -> P x P patches (patchify), N = (28 / P)^2 of them, each flattened to P*P pixels
-// -> Linear(P*P, D) -> [class token] + learned positions (N [+ 1], D) -> pre-LayerNorm
-// Transformer blocks -> LayerNorm -> class token (or the mean over patches) -> Linear(D, 10).
+// The model (examples/vit_model.hpp, shared with gradexp): image (28, 28) -> P x P patches ->
+// Linear(P*P, D) -> [class token] + learned positions -> pre-LayerNorm Transformer blocks ->
+// LayerNorm -> class token (or the mean over patches) -> Linear(D, 10).
 // Trained on the 60,000 training images (a seeded permutation per epoch, drop_last batches,
 // optional horizontal flips), evaluated on the 10,000 test images. Writes metrics.json,
 // loss.png (loss and accuracy curves), confusion.png (test confusion matrix with class names),
@@ -11,97 +11,16 @@
 #include <sstream>
 
 #include "common.hpp"
+#include "vit_options.hpp"
 
 using namespace xgrad;
 
 namespace {
 
-struct VitConfig {
-  std::size_t patch = 4, dim = 64, depth = 4, heads = 4, mlp = 128;
-  bool mean_pool = false;
-  std::uint64_t seed = 0;
-  std::size_t grid() const { return 28 / patch; }
-  std::size_t patches() const { return grid() * grid(); }
-};
-
-class VisionTransformer : public Module {
- public:
-  explicit VisionTransformer(const VitConfig& c)
-      : cfg(c), rng(c.seed), embed(c.patch * c.patch, c.dim, true, rng), norm(c.dim), head(c.dim, 10, true, rng) {
-    register_module("embed", &embed);
-    const std::size_t tokens = c.patches() + (c.mean_pool ? 0 : 1);
-    // N(0, 0.02^2) as ViT's reference implementations (timm: trunc_normal_(std=.02)).
-    pos = mul_scalar(randn({1, tokens, c.dim}, rng), 0.02);
-    register_parameter("pos_embed", &pos);
-    if (!c.mean_pool) {
-      cls = mul_scalar(randn({1, 1, c.dim}, rng), 0.02);
-      register_parameter("cls_token", &cls);
-    }
-    for (std::size_t i = 0; i < c.depth; ++i) {
-      blocks.push_back(std::make_unique<TransformerBlock>(TransformerBlockOptions(c.dim, c.heads, c.mlp), rng));
-      register_module("blocks." + std::to_string(i), blocks.back().get());
-    }
-    register_module("norm", &norm);
-    register_module("head", &head);
-  }
-
-  // images (B, 28, 28) -> logits (B, 10). need_weights keeps each block's (B, H, T, T) weights.
-  Tensor forward(const Tensor& images, bool need_weights = false) {
-    const std::size_t B = images.shape()[0];
-    // (B, 1, 28, 28) -> (B, N, P*P): patches in row-major order over the grid, row-major inside.
-    Tensor x = embed(patchify(reshape(images, {B, 1, 28, 28}), cfg.patch));  // (B, N, D)
-    if (!cfg.mean_pool) x = concat({broadcast_to(cls, {B, 1, cfg.dim}), x}, 1);  // (B, N + 1, D)
-    x = add(x, pos);
-    AttentionOptions o;
-    o.need_weights = need_weights;
-    o.average_attn_weights = false;
-    for (auto& b : blocks) x = b->forward(x, o);
-    x = norm.forward(x);
-    Tensor pooled = cfg.mean_pool ? mean(x, {1}) : reshape(narrow(x, 1, 0, 1), {B, cfg.dim});
-    return head.forward(pooled);
-  }
-
-  VitConfig cfg;
-  Rng rng;
-  Linear embed;
-  Tensor pos, cls;
-  std::vector<std::unique_ptr<TransformerBlock>> blocks;
-  LayerNorm norm;
-  Linear head;
-};
-
-// Images and labels of the given rows, flipped left-right where flip[i].
-struct Batch {
-  Tensor images;  // (B, 28, 28) float32
-  Tensor labels;  // (B) int64
-};
-Batch gather(const Tensor& images, const Tensor& labels, const std::vector<std::size_t>& rows,
-             const std::vector<bool>& flip = {}) {
-  const std::size_t B = rows.size();
-  Batch b;
-  b.images = zeros({B, 28, 28});
-  float* out = b.images.mutable_data<float>();
-  const float* in = images.data<float>();
-  std::vector<std::int64_t> lab(B);
-  for (std::size_t i = 0; i < B; ++i) {
-    const float* src = in + rows[i] * 784;
-    float* dst = out + i * 784;
-    if (!flip.empty() && flip[i])
-      for (std::size_t r = 0; r < 28; ++r)
-        for (std::size_t c = 0; c < 28; ++c) dst[r * 28 + c] = src[r * 28 + 27 - c];
-    else
-      std::copy(src, src + 784, dst);
-    lab[i] = labels.data<std::int64_t>()[rows[i]];
-  }
-  b.labels = index_tensor(lab, {B});
-  return b;
-}
-
-// Standardises pixels in place with the training images' mean and standard deviation.
-void standardise(Tensor& images, double mean, double stddev) {
-  float* p = images.mutable_data<float>();
-  for (std::size_t i = 0; i < images.numel(); ++i) p[i] = float((p[i] - mean) / stddev);
-}
+using examples::gather_images;
+using examples::ImageBatch;
+using examples::VisionTransformer;
+using examples::VitConfig;
 
 struct TestResult {
   double accuracy = 0, loss = 0;
@@ -119,7 +38,7 @@ TestResult evaluate(VisionTransformer& model, const Tensor& images, const Tensor
   for (std::size_t b = 0; b < n; b += chunk) {
     std::vector<std::size_t> rows;
     for (std::size_t i = b; i < std::min(n, b + chunk); ++i) rows.push_back(i);
-    Batch batch = gather(images, labels, rows);
+    ImageBatch batch = gather_images(images, labels, rows);
     Tensor logits = model.forward(batch.images);
     loss_sum += cross_entropy(logits, batch.labels).item() * double(rows.size());
     const Tensor predicted = argmax(logits, 1);  // (chunk) int64
@@ -164,7 +83,7 @@ std::string confusion_script(const std::string& png, const TestResult& r, const 
 
 // Row i: test image i, then per layer the attention that the class token (mean pooling: every
 // patch, averaged) pays to each patch, averaged over heads, on the patch grid.
-std::string attention_map_script(const std::string& png, const Batch& shown, const std::vector<Tensor>& weights,
+std::string attention_map_script(const std::string& png, const ImageBatch& shown, const std::vector<Tensor>& weights,
                                  const VitConfig& c, const std::vector<long>& predicted,
                                  const std::vector<std::string>& names, double mean, double stddev) {
   const std::size_t n = shown.labels.numel(), L = weights.size(), H = c.heads, g = c.grid();
@@ -241,14 +160,7 @@ int main(int argc, char** argv) {
   run.add(app, "--weight-decay", weight_decay, "AdamW weight decay", examples::non_negative_number());
   run.add(app, "--label-smoothing", label_smoothing, "label smoothing of the training loss (0 to < 1)",
           CLI::Range(0.0, 0.999));
-  run.add(app, "--patch", cfg.patch, "patch size in pixels (divides 28: 1, 2, 4, 7, 14, 28)",
-          CLI::IsMember({"1", "2", "4", "7", "14", "28"}));
-  run.add(app, "--dim", cfg.dim, "embedding size (a multiple of --heads)", examples::whole_number(1, 4096));
-  run.add(app, "--depth", cfg.depth, "Transformer blocks", examples::whole_number(1, 64));
-  run.add(app, "--heads", cfg.heads, "attention heads", examples::whole_number(1, 256));
-  run.add(app, "--mlp", cfg.mlp, "hidden width of each block's feed-forward layer", examples::whole_number(1, 65536));
-  run.add(app, "--pool", pool, "classify from the class token (cls) or the mean over patches (mean)",
-          CLI::IsMember({"cls", "mean"}));
+  examples::add_vit_options(app, run, cfg, pool);
   run.add_flag(app, "--flip", flip, "augment: flip each training image left-right with probability 1/2");
   run.add(app, "--train-subset", train_subset, "train on the first N training images", examples::whole_number(1, 60000));
   run.add(app, "--test-subset", test_subset, "evaluate on the first N test images", examples::whole_number(1, 10000));
@@ -272,20 +184,15 @@ int main(int argc, char** argv) {
       throw ValueError("--batch " + std::to_string(batch_size) + " is larger than the " + std::to_string(n_train) +
                        " training images");
     // Pixel statistics of all training images (the same whatever the subset).
-    double sum = 0, sq = 0;
-    const float* px = data.train_images.data<float>();
-    for (std::size_t i = 0; i < data.train_images.numel(); ++i) sum += px[i], sq += double(px[i]) * px[i];
-    const double pixel_mean = sum / double(data.train_images.numel());
-    const double pixel_std = std::sqrt(sq / double(data.train_images.numel()) - pixel_mean * pixel_mean);
-    standardise(data.train_images, pixel_mean, pixel_std);
-    standardise(data.test_images, pixel_mean, pixel_std);
+    const std::pair<double, double> pixels = examples::pixel_statistics(data.train_images);
+    const double pixel_mean = pixels.first, pixel_std = pixels.second;
+    examples::standardise(data.train_images, pixel_mean, pixel_std);
+    examples::standardise(data.test_images, pixel_mean, pixel_std);
     std::filesystem::create_directories(opt.out);
 
     VisionTransformer model(cfg);
     // Weight decay on the matrices only: not on biases, LayerNorms, positions or the class token.
-    const std::vector<std::string> no_decay =
-        cfg.mean_pool ? std::vector<std::string>{"pos_embed"} : std::vector<std::string>{"pos_embed", "cls_token"};
-    AdamW optimizer(decay_groups(model, weight_decay, no_decay), AdamWOptions(lr).betas(0.9, 0.999));
+    AdamW optimizer(decay_groups(model, weight_decay, model.no_weight_decay()), AdamWOptions(lr).betas(0.9, 0.999));
     const long steps_per_epoch = long(n_train / batch_size);  // drop_last
     std::cerr << "fashion_vit: " << model.parameter_count() << " parameters, " << n_train << " training images, "
               << steps_per_epoch << " steps per epoch, " << double(opt.steps) / double(steps_per_epoch) << " epochs\n";
@@ -309,7 +216,7 @@ int main(int argc, char** argv) {
         Rng coin(opt.seed * 7919 + std::uint64_t(step) + 0x9e3779b9ull);
         for (std::size_t i = 0; i < batch_size; ++i) flips[i] = coin() & 1;
       }
-      Batch b = gather(data.train_images, data.train_labels, rows, flips);
+      ImageBatch b = gather_images(data.train_images, data.train_labels, rows, flips);
       return cross_entropy(model.forward(b.images), b.labels, -100, label_smoothing);
     };
     auto eval = [&] {
@@ -339,7 +246,7 @@ int main(int argc, char** argv) {
           break;
         }
     if (!shown_rows.empty()) {
-      Batch shown = gather(data.test_images, data.test_labels, shown_rows);
+      ImageBatch shown = gather_images(data.test_images, data.test_labels, shown_rows);
       std::vector<long> predicted;
       std::vector<Tensor> weights;
       {

@@ -1,21 +1,24 @@
 // gradexp: gradient experiments on a real model with xgrad's toolkit (framework/functional.hpp,
 // framework/curvature.hpp, framework/graph_dot.hpp).
 //
-// The model and task (struct Task, the one place to switch them) are the `reverse` example's:
-// a bidirectional TransformerEncoder with a key padding mask reverses digit sequences, here
-// smaller and trained by full-batch gradient descent (SGD without momentum, every step on the
-// whole of a fixed training set), so that the training loss L(w) = mean_i loss_i(w) and its Hessian are
-// one function at every step. At every evaluation (--eval-every), on the training set, in
-// float64 (a copy of the model):
+// The model is fashion_vit's Vision Transformer (examples/vit_model.hpp), smaller, on a fixed
+// subset of the Fashion-MNIST training images (Debian's dataset-fashion-mnist), trained by
+// full-batch gradient descent (SGD without momentum and, by default, without gradient clipping,
+// every step on the whole subset: the threshold 2/lr is then exact for a quadratic), so that
+// the training loss L(w) = mean_i loss_i(w) and its Hessian are one function at every step.
+// At every evaluation (--eval-every), on that training set, in float64 (a copy of the model):
 //   - per-layer gradient norms;
 //   - the top --eigenvalues Hessian eigenvalues (Lanczos on a HessianOperator) against 2/lr,
 //     gradient descent's stability threshold: the "edge of stability" curve (Cohen et al.
 //     2021: the sharpness rises until it meets 2/lr and then hovers there);
 //   - the Hessian trace (Hutchinson, --hutchinson-samples Rademacher probes);
 //   - the gradient-noise scale B_simple = tr(Sigma) / |G|^2 from the per-sample gradients of
-//     every training example (McCandlish et al. 2018).
+//     every training image (McCandlish et al. 2018; per_sample_gradients: one batched GEMM per
+//     linear layer, the broadcast parameters split per example, no per-example loop).
+// The held-out figure is the accuracy on the first --test-size test images.
 // After training: hvp against vhp and finite differences of the gradient, jvp against
-// <grad L, v>, and the recorded graph of one MultiHeadAttention forward and of its
+// <grad L, v>, the largest-magnitude eigenvalue by Lanczos against plain power iteration, and
+// the recorded graph of one MultiHeadAttention forward (the first block's) and of its
 // create_graph backward as DOT files (and SVG, drawn by Graphviz's dot).
 //
 // The measurements of every evaluation go to <out>/measurements.json before the checkpoint of
@@ -24,67 +27,39 @@
 #include <tuple>
 
 #include "common.hpp"
+#include "vit_options.hpp"
 
 using namespace xgrad;
 
 namespace {
 
-// --- the model and its task --------------------------------------------------------------------
+using examples::ImageBatch;
+using examples::VisionTransformer;
+using examples::VitConfig;
 
-// Reverse digit sequences of length 1..max_len (padded with kPad; targets -100 at padding).
-struct Task {
-  static constexpr std::int64_t kPad = 10, kVocab = 11;
-  std::size_t max_len = 8;
-  using Model = TransformerEncoder;
+// --- the model and its data ----------------------------------------------------------------------
 
-  struct Batch {
-    Tensor tokens, padding, targets;  // (B, max_len) int64, bool (true = PAD), int64
-  };
+using Model = VisionTransformer;
 
-  TransformerConfig config(std::size_t dim, std::size_t heads, std::size_t layers, std::uint64_t seed) const {
-    TransformerConfig c;
-    c.vocab_size = kVocab, c.max_len = max_len, c.embed_dim = dim, c.num_heads = heads;
-    c.ff_hidden = 2 * dim, c.num_layers = layers, c.dropout = 0.0, c.seed = seed;
-    return c;
-  }
+// loss_i: image i's cross-entropy; the training loss is their mean.
+Tensor per_example_losses(Model& m, const ImageBatch& b) { return cross_entropy_per_example(m.forward(b.images), b.labels); }
+Tensor mean_loss(Model& m, const ImageBatch& b) { return mean(per_example_losses(m, b)); }
 
-  Batch batch(Rng& rng, std::size_t B) const {
-    const std::size_t T = max_len;
-    std::vector<std::int64_t> tok(B * T, kPad), tgt(B * T, -100);
-    std::vector<bool> pad(B * T, true);
-    for (std::size_t i = 0; i < B; ++i) {
-      const auto L = std::size_t(rng.uniform_int(1, std::int64_t(T)));
-      for (std::size_t t = 0; t < L; ++t) tok[i * T + t] = rng.uniform_int(0, 9), pad[i * T + t] = false;
-      for (std::size_t t = 0; t < L; ++t) tgt[i * T + t] = tok[i * T + L - 1 - t];
-    }
-    return {index_tensor(tok, {B, T}), bool_tensor(pad, {B, T}), index_tensor(tgt, {B, T})};
-  }
+double accuracy(Model& m, const ImageBatch& b) {
+  NoGradGuard no_grad;
+  const Tensor predicted = argmax(m.forward(b.images), 1);
+  const std::size_t n = b.labels.numel();
+  std::size_t ok = 0;
+  for (std::size_t i = 0; i < n; ++i) ok += predicted.data<std::int64_t>()[i] == b.labels.data<std::int64_t>()[i];
+  return double(ok) / double(n);
+}
 
-  // loss_i: the mean cross-entropy over example i's digits; the training loss is their mean.
-  Tensor per_example_losses(Model& m, const Batch& b) const {
-    return cross_entropy_per_example(m.forward(b.tokens, b.padding), b.targets);
-  }
-  Tensor loss(Model& m, const Batch& b) const { return mean(per_example_losses(m, b)); }
-
-  // Fraction of sequences whose every digit is predicted.
-  double exact_match(Model& m, const Batch& b) const {
-    NoGradGuard no_grad;
-    const auto lv = m.forward(b.tokens, b.padding).to_vector();
-    const std::int64_t* tgt = b.targets.data<std::int64_t>();
-    const std::size_t B = b.tokens.shape()[0];
-    std::size_t ok = 0;
-    for (std::size_t i = 0; i < B; ++i) {
-      bool all = true;
-      for (std::size_t t = 0; t < max_len && all; ++t) {
-        if (tgt[i * max_len + t] < 0) continue;
-        const double* row = lv.data() + (i * max_len + t) * kVocab;
-        all = std::max_element(row, row + kVocab) - row == tgt[i * max_len + t];
-      }
-      ok += all;
-    }
-    return double(ok) / double(B);
-  }
-};
+// The first n images of (images, labels).
+ImageBatch first_images(const Tensor& images, const Tensor& labels, std::size_t n) {
+  std::vector<std::size_t> rows(n);
+  for (std::size_t i = 0; i < n; ++i) rows[i] = i;
+  return examples::gather_images(images, labels, rows);
+}
 
 // --- measurements --------------------------------------------------------------------------------
 
@@ -94,23 +69,34 @@ struct Settings {
 };
 
 // A float64 copy of `model` (curvature in float32 would be limited by its rounding).
-std::unique_ptr<Task::Model> float64_copy(const Task::Model& model, const TransformerConfig& cfg) {
-  auto copy = std::make_unique<Task::Model>(cfg);
+std::unique_ptr<Model> float64_copy(const Model& model) {
+  auto copy = std::make_unique<Model>(model.cfg);
   copy->to(DType::Float64);
   copy->load_parameters(model.named_parameters());
   return copy;
 }
 
-// The module a parameter belongs to: its name without the last part.
-std::string layer_of(const std::string& name) { return name.substr(0, name.rfind('.')); }
+// The module a parameter belongs to: its name without the last part (pos_embed, cls_token: itself).
+std::string layer_of(const std::string& name) {
+  const std::size_t dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(0, dot);
+}
 
 nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
-nlohmann::json measure(const Task& task, const Task::Model& model, const TransformerConfig& cfg,
-                       const Task::Batch& train, long step, double lr, const Settings& s) {
-  auto probe = float64_copy(model, cfg);
-  Task::Model& m = *probe;
-  const TensorFn loss_fn = parameter_function(m, [&] { return task.loss(m, train); });
+// train64: the training images in float64 (the probe's dtype).
+nlohmann::json measure(const Model& model, const ImageBatch& train64, long step, double lr, const Settings& s) {
+  auto probe = float64_copy(model);
+  Model& m = *probe;
+  // The per-sample gradients (B x the parameters) first, freed before H keeps its graphs.
+  std::map<std::string, std::size_t> methods;
+  NoiseScale noise;
+  {
+    const PerSampleGradients ps = per_sample_gradients(m, [&] { return per_example_losses(m, train64); });
+    for (const auto& how : ps.methods) ++methods[how];
+    noise = gradient_noise_scale(ps.grads);
+  }
+  const TensorFn loss_fn = parameter_function(m, [&] { return mean_loss(m, train64); });
   const HessianOperator H(loss_fn, m.parameters());
   nlohmann::json layers = nlohmann::json::object();
   double total = 0;
@@ -132,8 +118,9 @@ nlohmann::json measure(const Task& task, const Task::Model& model, const Transfo
   HutchinsonOptions ho;
   ho.samples = s.hutchinson_samples, ho.seed = s.seed + 1;
   const TraceEstimate trace = hutchinson_trace(H, H.inputs(), ho);
-  const PerSampleGradients ps = per_sample_gradients(m, [&] { return task.per_example_losses(m, train); });
-  const NoiseScale noise = gradient_noise_scale(ps.grads);
+  // A probe v of +-1 entries has |v|^2 = n: v^T H v / n is a Rayleigh quotient, <= lambda_max.
+  const double n = double(m.parameter_count());
+  const double rayleigh = *std::max_element(trace.values.begin(), trace.values.end()) / n;
   return {{"step", step},
           {"lr", lr},
           {"two_over_lr", lr > 0 ? nlohmann::json(2 / lr) : nlohmann::json(nullptr)},
@@ -146,6 +133,9 @@ nlohmann::json measure(const Task& task, const Task::Model& model, const Transfo
           {"lanczos_converged", top.converged},
           {"hessian_trace", trace.trace},
           {"hessian_trace_std_error", finite_or_null(trace.std_error)},
+          {"max_probe_rayleigh_quotient", rayleigh},
+          {"parameters", m.parameter_count()},
+          {"per_sample_methods", methods},
           {"noise_scale", {{"b_simple", finite_or_null(noise.b_simple)}, {"trace_sigma", noise.trace_sigma},
                            {"grad_sq_norm", noise.grad_sq_norm}, {"batch", noise.batch}}}};
 }
@@ -229,7 +219,8 @@ std::string trace_noise_script(const std::string& png, const std::vector<nlohman
   for (const auto& m : ms)
     if (!m["noise_scale"]["b_simple"].is_null()) b.emplace_back(m["step"].get<double>(), m["noise_scale"]["b_simple"].get<double>());
   std::string s = header(png, "Hessian trace (Hutchinson, +- 1 standard error) and gradient-noise scale B_simple") +
-                  "set ylabel 'trace'\nset y2label 'B_simple (examples)'\nset ytics nomirror\nset y2tics\n";
+                  "set ylabel 'trace'\nset y2label 'B_simple (examples)'\nset ytics nomirror\nset y2tics\n"
+                  "set key inside left top\n";
   if (b.empty()) s += "set label 1 'B_simple infinite at every evaluation (noise dominates)' at graph 0.02, graph 0.95\n";
   s += std::string("plot '-' with yerrorlines title 'tr(H)'") +
        (b.empty() ? "" : ", '-' axes x1y2 with linespoints title 'B_simple (finite points)'") + "\n";
@@ -276,59 +267,93 @@ double relative_difference(const Tensors& a, const Tensors& b) {
   return norm_of(va) / norm_of(vb);
 }
 
+// The largest-magnitude eigenvalue of H by power iteration: `products` products from a N(0, 1)
+// start, the last Rayleigh quotient v^T H v (v of unit norm).
+double power_iteration(const HessianOperator& H, std::size_t products, std::uint64_t seed) {
+  Rng rng(seed);
+  Tensors v;
+  for (const auto& p : H.inputs()) v.push_back(randn(p.shape(), rng, DType::Float64));
+  double estimate = 0;
+  for (std::size_t it = 0; it < products; ++it) {
+    std::vector<double> x = flatten_values(v);
+    const double nx = norm_of(x);
+    for (double& e : x) e /= nx;
+    const std::vector<double> hx = flatten_values(H(unflatten_values(x, v)));
+    estimate = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) estimate += x[i] * hx[i];
+    v = unflatten_values(hx, v);
+  }
+  return estimate;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"gradexp: per-layer gradient norms, Hessian spectrum and trace (edge of stability), gradient-noise "
-               "scale and graph pictures on the reverse task's Transformer encoder"};
+               "scale and graph pictures on a Vision Transformer trained on Fashion-MNIST (apt-get install "
+               "dataset-fashion-mnist)"};
   examples::CommonOptions opt;
   opt.steps = 300;
   opt.eval_every = 25;
+  opt.max_grad_norm = 0;
   examples::RunConfig run("gradexp");
-  Task task;
-  std::size_t train_size = 256, dim = 32, heads = 2, layers = 2, heldout_size = 256;
+  std::size_t train_size = 512, test_size = 1000;
   double lr = 0.5;
+  std::string pool = "cls", data_dir = kFashionMnistDir;
+  VitConfig cfg;
+  cfg.patch = 7, cfg.dim = 32, cfg.depth = 2, cfg.heads = 2, cfg.mlp = 64;
   Settings settings;
   examples::add_common_options(app, opt, run);
-  run.add(app, "--lr", lr, "peak learning rate (warmup + cosine)", examples::positive_number());
-  run.add(app, "--train-size", train_size, "training sequences (every step uses all of them)", examples::whole_number(2, 65536));
-  run.add(app, "--length", task.max_len, "longest sequence", examples::whole_number(1, 64));
-  run.add(app, "--layers", layers, "Transformer blocks", examples::whole_number(1, 16));
-  run.add(app, "--dim", dim, "embedding size (a multiple of --heads)", examples::whole_number(1, 1024));
-  run.add(app, "--heads", heads, "attention heads", examples::whole_number(1, 64));
+  run.add(app, "--lr", lr, "peak learning rate (gradient descent, warmup + cosine)", examples::positive_number());
+  run.add(app, "--clip", opt.max_grad_norm,
+          "clip the gradient's norm to this (0 = never: plain gradient descent, whose stability threshold is 2/lr)",
+          examples::non_negative_number());
+  run.add(app, "--train-size", train_size, "training images, the first N (every step uses all of them)",
+          examples::whole_number(2, 60000));
+  run.add(app, "--test-size", test_size, "held-out images, the first N test images", examples::whole_number(1, 10000));
+  examples::add_vit_options(app, run, cfg, pool);
   run.add(app, "--eigenvalues", settings.eigenvalues, "top Hessian eigenvalues per evaluation (Lanczos)",
           examples::whole_number(1, 100));
   run.add(app, "--lanczos-iterations", settings.lanczos_iterations, "Hessian-vector products per Lanczos run (>= --eigenvalues)",
           examples::whole_number(1, 1000));
   run.add(app, "--hutchinson-samples", settings.hutchinson_samples, "Rademacher probes per trace estimate",
           examples::whole_number(1, 10000));
+  app.add_option("--data-dir", data_dir, "directory of the four IDX .gz files")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     if (examples::resolve_resume(opt, run)) return 0;
-    if (dim % heads != 0)
-      throw ValueError("--dim " + std::to_string(dim) + " is not a multiple of --heads " + std::to_string(heads));
+    if (cfg.dim % cfg.heads != 0)
+      throw ValueError("--dim " + std::to_string(cfg.dim) + " is not a multiple of --heads " + std::to_string(cfg.heads));
     if (settings.lanczos_iterations < settings.eigenvalues)
       throw ValueError("--lanczos-iterations " + std::to_string(settings.lanczos_iterations) + " is less than --eigenvalues " +
                        std::to_string(settings.eigenvalues));
+    cfg.mean_pool = pool == "mean";
+    cfg.seed = opt.seed;
     examples::setup_runtime(opt);
+    FashionMnist data = load_fashion_mnist(data_dir);
+    const std::pair<double, double> pixels = examples::pixel_statistics(data.train_images);
+    examples::standardise(data.train_images, pixels.first, pixels.second);
+    examples::standardise(data.test_images, pixels.first, pixels.second);
+    const ImageBatch train = first_images(data.train_images, data.train_labels, train_size);
+    const ImageBatch heldout = first_images(data.test_images, data.test_labels, test_size);
+    const ImageBatch train64{train.images.to(DType::Float64), train.labels};
     std::filesystem::create_directories(opt.out);
     settings.seed = opt.seed;
-    const TransformerConfig cfg = task.config(dim, heads, layers, opt.seed);
-    Task::Model model(cfg);
+    Model model(cfg);
     SGD optimizer(model.named_parameters(), SGDOptions(lr));  // plain gradient descent: threshold 2 / lr
-    Rng train_rng(opt.seed + 17), heldout_rng(opt.seed + 1000003);
-    const Task::Batch train = task.batch(train_rng, train_size), heldout = task.batch(heldout_rng, heldout_size);
+    std::cerr << "gradexp: " << model.parameter_count() << " parameters, " << train_size
+              << " training images (full-batch gradient descent)\n";
 
     const std::string measurements_path = opt.out + "/measurements.json";
     std::map<long, nlohmann::json> measurements;
     if (opt.resume) measurements = read_measurements(measurements_path);
     auto evaluate = [&] {
       const long step = long(optimizer.steps());
-      measurements[step] = measure(task, model, cfg, train, step, optimizer.lr, settings);
+      measurements[step] = measure(model, train64, step, optimizer.lr, settings);
       write_measurements(measurements_path, measurements);  // before train() writes this step's checkpoint
-      return task.exact_match(model, heldout);
+      return accuracy(model, heldout);
     };
-    auto result = examples::train(opt, run, opt.steps, lr, model, optimizer, [&](long) { return task.loss(model, train); },
+    auto result = examples::train(opt, run, opt.steps, lr, model, optimizer, [&](long) { return mean_loss(model, train); },
                                   evaluate);
     std::vector<nlohmann::json> ms;  // one per evaluation of this run's whole history
     for (const auto& [step, acc] : result.accuracies) {
@@ -341,10 +366,11 @@ int main(int argc, char** argv) {
     for (auto it = measurements.begin(); it != measurements.end();)  // stale entries past the checkpoint
       it = it->first > result.steps ? measurements.erase(it) : std::next(it);
     write_measurements(measurements_path, measurements);
-    std::cout << "trained " << result.steps << " steps (gradient descent, peak lr " << lr << "): training loss "
+    std::cout << "trained " << result.steps << " steps (full-batch gradient descent on " << train_size
+              << " images, peak lr " << lr << "): training loss "
               << (ms.empty() ? std::string("-") : std::to_string(ms.back()["train_loss"].get<double>()))
-              << ", held-out exact match " << 100 * result.accuracy << "%" << examples::evaluated_at(result) << ", "
-              << examples::seconds_text(result) << "\n";
+              << ", test accuracy " << 100 * result.accuracy << "%" << examples::evaluated_at(result) << " on " << test_size
+              << " images, " << examples::seconds_text(result) << "\n";
     for (const auto& m : ms)
       std::printf("  step %5ld  loss %.4f  |g| %.3e  lambda_max %9.4g  2/lr %9.4g  tr(H) %9.4g  B_simple %s\n",
                   m["step"].get<long>(), m["train_loss"].get<double>(), m["grad_norm"].get<double>(),
@@ -352,9 +378,9 @@ int main(int argc, char** argv) {
                   m["hessian_trace"].get<double>(), m["noise_scale"]["b_simple"].dump().c_str());
 
     // Checks of the toolkit at the final parameters, in float64.
-    auto probe = float64_copy(model, cfg);
-    Task::Model& m = *probe;
-    const TensorFn loss_fn = parameter_function(m, [&] { return task.loss(m, train); });
+    auto probe = float64_copy(model);
+    Model& m = *probe;
+    const TensorFn loss_fn = parameter_function(m, [&] { return mean_loss(m, train64); });
     const Tensors params = m.parameters();
     Rng vrng(opt.seed + 5);
     Tensors v;
@@ -382,16 +408,28 @@ int main(int argc, char** argv) {
     const double rel_jvp = std::abs(dir.tangent.item() - gv) / std::abs(gv);
     const double fwd_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     const double jvp_ms = std::chrono::duration<double, std::milli>(t2 - t1).count();
+    // The largest |eigenvalue|: Lanczos (tol 1e-6) against power iteration with as many products.
+    const HessianOperator H(loss_fn, params);
+    LanczosOptions lo;
+    lo.k = 1, lo.max_iterations = settings.lanczos_iterations, lo.tol = 1e-6, lo.seed = opt.seed + 11;
+    lo.which = SpectrumEnd::LargestMagnitude;
+    const LanczosResult by_lanczos = lanczos(H, H.inputs(), lo);
+    const double lanczos_top = by_lanczos.eigenvalues[0];
+    const double power_top = power_iteration(H, settings.lanczos_iterations, opt.seed + 13);
+    const double rel_power = std::abs(power_top - lanczos_top) / std::abs(lanczos_top);
     std::cout << "checks: |hvp - finite differences| / |hvp| = " << rel_fd << ", |vhp - hvp| / |hvp| = " << rel_vhp
               << ", |jvp - <grad, v>| / |<grad, v>| = " << rel_jvp << " (loss " << value.item() << ")\n"
+              << "largest |eigenvalue| with " << settings.lanczos_iterations << " products: Lanczos " << lanczos_top
+              << " (residual " << by_lanczos.residuals[0] << "), power iteration " << power_top << " (relative gap "
+              << rel_power << ")\n"
               << "timing (this machine, one call): forward " << fwd_ms << " ms, jvp " << jvp_ms << " ms ("
               << jvp_ms / fwd_ms << "x)\n";
 
     // The graph of one MultiHeadAttention forward (the trained first block's, composed attention
     // so that every op shows) and of its backward recorded with create_graph.
-    MultiHeadAttention& attn = m.body.blocks[0]->attn;
+    MultiHeadAttention& attn = m.blocks[0]->attn;
     Rng xrng(opt.seed + 9);
-    const Tensor x = randn({1, 4, dim}, xrng, DType::Float64);
+    const Tensor x = randn({1, 4, cfg.dim}, xrng, DType::Float64);
     AttentionOptions aopt;
     aopt.need_weights = true;
     const Tensor out = attn.forward(x, aopt).output;
@@ -402,7 +440,8 @@ int main(int argc, char** argv) {
     const Tensor dW = grad({attn_loss}, {attn.in_proj_weight}, {}, GradOptions{true, true, false})[0];
     names.emplace_back("d loss / d in_proj_weight", dW);
     DotOptions dopt;
-    dopt.title = "MultiHeadAttention(" + std::to_string(dim) + ", " + std::to_string(heads) + ") forward, loss = mean(out^2)";
+    dopt.title = "MultiHeadAttention(" + std::to_string(cfg.dim) + ", " + std::to_string(cfg.heads) +
+                 ") forward, loss = mean(out^2)";
     const DotGraph fwd = graph_to_dot({attn_loss}, names, dopt);
     dopt.title = "its backward recorded with create_graph: d loss / d in_proj_weight";
     const DotGraph bwd = graph_to_dot({dW}, names, dopt);
@@ -412,19 +451,25 @@ int main(int argc, char** argv) {
     std::cout << "graphs: MHA forward " << fwd.ops << " ops, its create_graph backward " << bwd.ops << " ops\n";
 
     const nlohmann::json checks = {{"hvp_vs_finite_differences", rel_fd}, {"vhp_vs_hvp", rel_vhp}, {"jvp_vs_grad_dot_v", rel_jvp},
+                                   {"largest_magnitude_eigenvalue_lanczos", lanczos_top},
+                                   {"largest_magnitude_eigenvalue_lanczos_residual", by_lanczos.residuals[0]},
+                                   {"largest_magnitude_eigenvalue_power", power_top},
+                                   {"power_vs_lanczos", rel_power},
                                    {"mha_forward_ops", fwd.ops}, {"mha_backward_ops", bwd.ops}};
     examples::write_metrics(
         opt.out + "/metrics.json",
         {{"example", "gradexp"},
-         {"config", {{"seed", opt.seed}, {"optimizer", "sgd"}, {"lr", lr}, {"max_steps", opt.steps},
-                     {"train_size", train_size}, {"length", task.max_len}, {"layers", layers}, {"embed_dim", dim},
-                     {"heads", heads}, {"parameters", model.parameter_count()}, {"eigenvalues", settings.eigenvalues},
-                     {"lanczos_iterations", settings.lanczos_iterations},
+         {"config", {{"seed", opt.seed}, {"optimizer", "sgd"}, {"lr", lr}, {"clip", opt.max_grad_norm}, {"max_steps", opt.steps},
+                     {"model", "vision_transformer"}, {"data", "fashion_mnist"}, {"train_size", train_size},
+                     {"test_size", test_size}, {"patch", cfg.patch}, {"dim", cfg.dim}, {"depth", cfg.depth},
+                     {"heads", cfg.heads}, {"mlp", cfg.mlp}, {"pool", pool}, {"parameters", model.parameter_count()},
+                     {"eigenvalues", settings.eigenvalues}, {"lanczos_iterations", settings.lanczos_iterations},
                      {"hutchinson_samples", settings.hutchinson_samples}, {"threads", num_threads()}}},
          {"evaluations", result.history},
          {"measurements", ms},
          {"final_heldout_exact_match", result.accuracy},
-         {"heldout_size", heldout_size},
+         {"final_test_accuracy", result.accuracy},
+         {"heldout_size", test_size},
          {"steps", result.steps},
          {"checks", checks},
          {"wall_time_seconds_total", result.total_seconds},

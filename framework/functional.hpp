@@ -139,9 +139,10 @@ struct PerSampleGradients {
   Tensor losses;        // (B): the per-example losses, detached
   NamedTensors grads;   // for each parameter: (B, ...parameter shape), row i = d losses[i] / d p
   // For each parameter, how its rows were computed: "linear" (one batched GEMM per use, from
-  // the layer's input and the gradient at its output), "node" (the backward of the op that
-  // uses it, once per example, on the batched gradient at its output), "loop" (one backward of
-  // the whole graph per example).
+  // the layer's input and the gradient at its output), "broadcast" (no per-example work: the
+  // uses are linear's or broadcast the parameter over the batch, whose vjp's reduction is split
+  // per example), "node" (the backward of some op that uses it, once per example, on the
+  // batched gradient at its output), "loop" (one backward of the whole graph per example).
   std::vector<std::string> methods;
 };
 
@@ -156,8 +157,13 @@ struct PerSampleGradients {
 // is the batch. Then, per use of parameter p:
 //   - linear(x, W, b) with the batch leading: dW_i = sum_t g_it x_it^T (one batched GEMM,
 //     matmul(g, x, true, false) on (B, T, out) x (B, T, in)), db_i = sum_t g_it;
-//   - any other op (embedding, layer_norm, add, ...): its backward once per example on g with
-//     every other example's slice zeroed (the op alone, not the graph);
+//   - an op that broadcasts p over the batch (a bias or positional table added, a class token's
+//     broadcast_to, layer_norm's weight and bias, a matmul's shared weight): its differentiable
+//     backward, run once on g, ends in sum_to(Z, p's shape) with Z's axis 0 the batch; Z's
+//     slice i is example i's term, summed over the other broadcast axes (a second run with
+//     upstream w_i g_i checks that slice i comes from example i alone, else the next rule);
+//   - any other op (embedding, ...): its backward once per example on g with every other
+//     example's slice zeroed (the op alone, not the graph);
 //   - an op whose output has no batch axis (narrow of a positional table) is followed to the
 //     first op that has one, and the per-example gradient there is sent back through it.
 // A parameter any of whose uses fails the check falls back to the loop. Cost, measured in

@@ -12,6 +12,10 @@
 // where vjp_m,k is m's own backward (Node::apply; linear's weight and bias instead use the
 // closed forms dW_i = sum_t g_it x_it^T, db_i = sum_t g_it for all i at once), and the chain is
 // empty when input k is p itself (else one small backward from input k to p per example).
+// An input broadcast over the examples (a bias, a positional table, a class token, layer_norm's
+// weight and bias) has a vjp that ends in a broadcast reduction, sum_to(Z, shape) with Z's axis 0
+// the batch: m's differentiable backward is then run once on all of g and Z summed per slice
+// (Z's slice i must come from g's slice i alone: checked with random weights, as the frontiers).
 #include <cmath>
 #include <cstring>
 #include <unordered_map>
@@ -19,6 +23,7 @@
 
 #include "xgrad/framework/functional.hpp"
 #include "xgrad/framework/functional_detail.hpp"
+#include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/index.hpp"
 #include "xgrad/ops/matmul.hpp"
@@ -157,12 +162,15 @@ class PerSample {
     for (std::size_t i : loop) methods[i] = "loop";
     for (std::size_t i = 0; i < params_.size(); ++i) {
       if (!methods[i].empty()) continue;
-      bool all_linear = true;
+      // "linear" when every use is linear's (direct), else "broadcast" when none needs the
+      // per-example loop of the op's backward, else "node".
+      bool all_linear = true, any_node = false;
       for (const Edge& e : edges[i]) {
-        add_edge(e, params_[i].second, result[i]);
-        all_linear = all_linear && e.direct && is_linear_weight_or_bias(e);
+        const std::string how = add_edge(e, params_[i].second, result[i]);
+        all_linear = all_linear && e.direct && how == "linear";
+        any_node = any_node || how == "node";
       }
-      methods[i] = all_linear ? "linear" : "node";
+      methods[i] = all_linear ? "linear" : any_node ? "node" : "broadcast";
     }
     if (!loop.empty()) run_loop(loop, result);
     for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -255,10 +263,58 @@ class PerSample {
     return e.node->name() == "linear" && (e.input == 1 || e.input == 2) && e.node->input(0).dim() >= 2;
   }
 
-  // Adds one frontier edge's per-example contributions into result (B, ...p's shape).
-  void add_edge(const Edge& e, const Tensor& p, const Tensor& result) {
+  // The tensors Z of node n's input gradients that are sum_to(Z, input's shape), for upstream
+  // u (a leaf, so that every op of the differentiable backward is recorded); undefined where
+  // the gradient is not such a reduction.
+  static Tensors reduced_terms(const Node& n, const Tensor& u) {
+    EnableGradGuard grad_on;
+    const Tensor leaf = u.detach();
+    leaf.set_requires_grad();
+    const Tensors grads = n.apply(leaf, true);
+    Tensors z(grads.size());
+    for (std::size_t k = 0; k < grads.size(); ++k)
+      if (grads[k].defined() && grads[k].grad_fn() && grads[k].grad_fn()->name() == "sum_to")
+        z[k] = grads[k].grad_fn()->input(0).detach();
+    return z;
+  }
+
+  // (B, ...input k's shape): example i's vjp of input k of the frontier op n, when that vjp is
+  // sum_to(Z) with Z (B, ...) whose axis 0 is reduced away (input k broadcast over the examples)
+  // and whose slice i depends on g's slice i only; else undefined. Z of every input of n comes
+  // from two differentiable backwards of n (upstream g and w_i g_i), kept per node.
+  Tensor reduced_per_example(const Edge& e, const Tensor& g) {
+    auto it = reduced_.find(e.node.get());
+    if (it == reduced_.end()) {
+      std::vector<double> w(B_);
+      for (auto& v : w) v = rng_.uniform(0.5, 1.5);
+      Shape ws(g.dim(), 1);
+      ws[0] = B_;
+      const Tensors z = reduced_terms(*e.node, g);
+      const Tensors zw = reduced_terms(*e.node, mul(g, tensor(w, ws, g.dtype())));
+      Tensors checked(z.size());
+      for (std::size_t k = 0; k < z.size(); ++k)
+        if (z[k].defined() && zw[k].defined() && z[k].dim() >= 1 && z[k].shape()[0] == B_ && zw[k].shape() == z[k].shape() &&
+            weighted_match(zw[k], z[k], w))
+          checked[k] = z[k];
+      it = reduced_.emplace(e.node.get(), std::move(checked)).first;
+    }
+    const Tensor& z = it->second.at(e.input);
+    const Tensor& through = e.node->input(e.input);
+    if (!z.defined() || through.dim() > z.dim()) return Tensor();
+    Shape per = detail::pad_left(through.shape(), z.dim());  // input k's shape aligned with Z's axes
+    if (per[0] != 1) return Tensor();                        // not broadcast over the examples
+    per[0] = B_;
+    Shape out{B_};
+    out.insert(out.end(), through.shape().begin(), through.shape().end());
+    return reshape(sum_to(z, per), out);
+  }
+
+  // Adds one frontier edge's per-example contributions into result (B, ...p's shape); returns
+  // how: "linear", "broadcast" (a reduction of the op's backward split per example) or "node".
+  const char* add_edge(const Edge& e, const Tensor& p, const Tensor& result) {
     const Tensor& g = upstream_.at(e.node.get());
-    if (!g.defined()) return;
+    const char* how = "node";
+    if (!g.defined()) return how;
     NoGradGuard no_grad;
     const Tensor& through = e.node->input(e.input);
     Tensor per_example;  // (B, ...through's shape), when computed for all examples at once
@@ -268,10 +324,14 @@ class PerSample {
       const Tensor g3 = reshape(g, {B_, g.numel() / (B_ * out_f), out_f});                 // (B, T, out)
       per_example = e.input == 1 ? matmul(g3, reshape(x, {B_, x.numel() / (B_ * in_f), in_f}), true, false)  // (B, out, in)
                                  : sum(g3, {1});                                          // (B, out)
+      how = "linear";
+    } else {
+      per_example = reduced_per_example(e, g);
+      if (per_example.defined()) how = "broadcast";
     }
     if (e.direct && per_example.defined()) {
       add_flat(result, 0, per_example);
-      return;
+      return how;
     }
     OneExample upstream(g, B_);
     for (std::size_t i = 0; i < B_; ++i) {
@@ -280,6 +340,7 @@ class PerSample {
       const Tensor contribution = e.direct ? a : grad({through}, {p}, {a}, GradOptions{true, false, true})[0];
       add_flat(result, i * p.numel(), contribution);
     }
+    return how;
   }
 
   void run_loop(const std::vector<std::size_t>& which, const std::vector<Tensor>& result) {
@@ -298,6 +359,7 @@ class PerSample {
   std::unordered_map<Key, std::vector<Use>> consumers_;
   std::unordered_map<const Node*, Status> status_;
   std::unordered_map<const Node*, Tensor> upstream_;  // g at each frontier's output
+  std::unordered_map<const Node*, Tensors> reduced_;  // per frontier: checked Z per input (reduced_per_example)
   mutable std::unordered_map<const Node*, Tensor> outputs_;
   Rng rng_{0x5a3e1e5};
 };

@@ -198,7 +198,7 @@ BOOST_AUTO_TEST_CASE(noise_scale_of_per_sample_quadratics) {
     return mul_scalar(sum(mul(D, matmul(D, A)), {1}), 0.5);  // (B)
   };
   const PerSampleGradients g = per_sample_gradients({{"x", x}}, losses);
-  BOOST_TEST(g.methods[0] == "node");
+  BOOST_TEST(g.methods[0] == "broadcast");  // x is broadcast over the examples by sub
   const auto c = C.to_vector(), xv = x.to_vector();
   std::vector<double> per(B * n, 0.0), cbar(n, 0.0);
   for (std::size_t i = 0; i < B; ++i)

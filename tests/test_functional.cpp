@@ -1,7 +1,8 @@
 // The functional API (framework/functional.hpp): vjp, jvp, jacobian, hessian, hvp, vhp against
 // central finite differences in float64, against each other, and against PyTorch 1.13's
 // torch.autograd.functional on a small MLP and an nn.MultiheadAttention
-// (tools/make_functional_fixtures.py); per-sample gradients against one backward per example;
+// (tools/make_functional_fixtures.py); per-sample gradients against one backward per example
+// (a Transformer encoder and the examples' Vision Transformer, examples/vit_model.hpp);
 // every bad input.
 #include <boost/test/unit_test.hpp>
 
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "../examples/vit_model.hpp"
 #include "golden.hpp"
 #include "helpers.hpp"
 #include "xgrad/framework/autograd.hpp"
@@ -511,7 +513,10 @@ BOOST_AUTO_TEST_CASE(encoder_matches_one_backward_per_example) {
           const std::string& name = expect[k].first;
           const bool is_linear = name.find("in_proj") != std::string::npos || name.find("out_proj") != std::string::npos ||
                                  name.find("ff.") != std::string::npos || name.rfind("head.", 0) == 0;
-          BOOST_TEST(fast.methods[k] == (is_linear ? "linear" : "node"));
+          // The token table's use (embedding) takes the op's backward per example; positions,
+          // LayerNorm weights and biases are broadcast over the batch (a reduction split per example).
+          const bool is_table = name.find("tok_emb") != std::string::npos;
+          BOOST_TEST(fast.methods[k] == (is_linear ? "linear" : is_table ? "node" : "broadcast"));
         }
       }
       // The rows sum to the gradient of the summed losses.
@@ -521,6 +526,82 @@ BOOST_AUTO_TEST_CASE(encoder_matches_one_backward_per_example) {
       BOOST_TEST(allclose(fast.losses, losses().detach(), 0, 0));
     }
   }
+}
+
+BOOST_AUTO_TEST_CASE(vision_transformer_matches_one_backward_per_example) {
+  // gradexp's and fashion_vit's model: patchify -> linear -> [class token] + positions ->
+  // pre-LN blocks -> LayerNorm -> class token or mean -> linear. Every parameter is a linear's
+  // (one batched GEMM) or broadcast over the batch (the class token's broadcast_to, the
+  // positions' add, LayerNorm's weight and bias): no per-example loop.
+  for (bool mean_pool : {false, true}) {
+    BOOST_TEST_CONTEXT((mean_pool ? "mean pooling" : "class token")) {
+      examples::VitConfig c;
+      c.patch = 7, c.dim = 8, c.depth = 2, c.heads = 2, c.mlp = 12, c.mean_pool = mean_pool, c.seed = 3;
+      examples::VisionTransformer model(c);
+      model.to(DType::Float64);
+      const std::size_t B = 5;
+      Rng rng(41);
+      const Tensor images = randn64({B, 28, 28}, rng);
+      std::vector<std::int64_t> lab(B);
+      for (auto& l : lab) l = rng.uniform_int(0, 9);
+      const Tensor labels = index_tensor(lab, {B});
+      const PerSampleGradients g =
+          per_sample_gradients(model, [&] { return cross_entropy_per_example(model.forward(images), labels); });
+      const NamedTensors params = model.named_parameters();
+      BOOST_TEST_REQUIRE(g.grads.size() == params.size());
+      std::vector<std::vector<double>> rows(params.size());
+      for (std::size_t i = 0; i < B; ++i) {
+        const Tensor loss = cross_entropy(model.forward(narrow(images, 0, i, 1)), narrow(labels, 0, i, 1));
+        const Tensors gi = grad({loss}, model.parameters());
+        for (std::size_t k = 0; k < params.size(); ++k) {
+          const auto v = gi[k].to_vector();
+          rows[k].insert(rows[k].end(), v.begin(), v.end());
+        }
+      }
+      for (std::size_t k = 0; k < params.size(); ++k) {
+        const std::string& name = params[k].first;
+        BOOST_TEST_CONTEXT(name << " (" << g.methods[k] << ")") {
+          BOOST_TEST(allclose(g.grads[k].second, rows[k], 1e-10, 1e-12));
+          const bool is_linear = name.find("_proj") != std::string::npos || name.find(".ff.") != std::string::npos ||
+                                 name.rfind("embed.", 0) == 0 || name.rfind("head.", 0) == 0;
+          BOOST_TEST(g.methods[k] == (is_linear ? "linear" : "broadcast"));
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(broadcast_split_is_refused_when_slices_mix_examples) {
+  // An op y = x + w (x (B, E), w (E)) whose vjp for w is sum_to(Z) with Z = g rolled along the
+  // batch: the sum (the batched gradient) is right, but Z's slice i is example i - 1's. The
+  // check with random weights must refuse the split and run the op's backward per example.
+  const std::size_t B = 4, E = 3;
+  Rng rng(8);
+  const Tensor x = randn64({B, E}, rng);
+  const Tensor w = randn64({E}, rng);
+  w.set_requires_grad();
+  auto rolled_add = [](const Tensor& a, const Tensor& b) {
+    Tensor y;
+    {
+      NoGradGuard no_grad;
+      y = add(a, b);
+    }
+    return record("rolled_add", y, {a, b}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+      const std::size_t m = g.shape()[0];
+      const Tensor rolled = concat({narrow(g, 0, m - 1, 1), narrow(g, 0, 0, m - 1)}, 0);  // (B, E), slice i = g_{i-1}
+      return {n.needs_grad(0) ? g : Tensor(), n.needs_grad(1) ? sum_to(rolled, n.input(1).shape()) : Tensor()};
+    });
+  };
+  const auto losses = [&] { return sum(tanh(rolled_add(x, w)), {1}); };  // (B)
+  const PerSampleGradients g = per_sample_gradients({{"w", w}}, losses);
+  BOOST_TEST(g.methods[0] == "node");
+  std::vector<double> expect;
+  for (std::size_t i = 0; i < B; ++i) {
+    const Tensor gi = grad({narrow(losses(), 0, i, 1)}, {w})[0];
+    const auto v = gi.to_vector();
+    expect.insert(expect.end(), v.begin(), v.end());
+  }
+  BOOST_TEST(allclose(g.grads[0].second, expect, 1e-12, 1e-14));
 }
 
 BOOST_AUTO_TEST_CASE(cross_entropy_per_example_is_each_examples_cross_entropy) {

@@ -68,22 +68,6 @@ for name in reverse sort; do
 done
 
 "$ex/extend" --steps 50 --out "$work/extend"
-# gradexp: every output written; a run stopped and resumed equals the uninterrupted one (the
-# measurements of the evaluations before the stop come back from measurements.json).
-gx="--steps 20 --eval-every 5 --train-size 16 --lanczos-iterations 4 --hutchinson-samples 2"
-"$ex/gradexp" $gx --out "$work/gradexp" > "$work/gradexp.log" 2>&1 || { cat "$work/gradexp.log"; exit 1; }
-tail -3 "$work/gradexp.log"
-for png in loss sharpness grad_norms trace_noise; do
-  head -c 8 "$work/gradexp/$png.png" | grep -q PNG || { echo "gradexp: $png.png is not a PNG"; exit 1; }
-done
-grep -q '^digraph xgrad' "$work/gradexp/graph_mha_forward.dot"
-grep -q 'in_proj_weight' "$work/gradexp/graph_mha_backward.dot"
-if command -v dot > /dev/null; then grep -q '<svg' "$work/gradexp/graph_mha_backward.svg"; fi
-test "$(grep -c '"step"' "$work/gradexp/measurements.json")" -eq 4
-"$ex/gradexp" $gx --out "$work/gradexp-resumed" --no-plots --stop-after 7 > /dev/null 2>&1
-"$ex/gradexp" --resume --out "$work/gradexp-resumed" > "$work/gradexp-resume.log" 2>&1 || { cat "$work/gradexp-resume.log"; exit 1; }
-"$check" same-run "$work/gradexp" "$work/gradexp-resumed"
-
 # Bad command lines exit non-zero with a message.
 if "$ex/reverse" --steps abc > "$work/bad.log" 2>&1; then echo "bad --steps accepted"; exit 1; fi
 grep -q -i "steps" "$work/bad.log"

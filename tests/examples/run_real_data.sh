@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Short runs of the real-data examples (fashion_vit on Fashion-MNIST, char_gpt on fortunes) on
-# small subsets: outputs written and loadable, the loss decreases, --resume reproduces an
+# Short runs of the real-data examples (fashion_vit and gradexp on Fashion-MNIST, char_gpt on
+# fortunes) on small subsets: outputs written and loadable, the loss decreases, --resume reproduces an
 # uninterrupted run bit for bit, --generate-only samples from the checkpoint alone, cached and
 # uncached sampling give the same text, and bad inputs give their documented messages.
 # The data packages must be installed (CI installs them): without them this test FAILS, it
@@ -62,6 +62,37 @@ expect_error "read_idx: '$work/fm/train-labels-idx1-ubyte.gz': not an IDX file: 
 expect_error "truncated data: the header declares \(60000\) unsigned byte \(0x08\) = 60000 bytes .* has 59999" "$work/bad.log" \
   "${vit[@]}" --steps 2 --data-dir "$work/fm" --out "$work/x"
 expect_error "--patch: 5 not in \{1,2,4,7,14,28\}" "$work/bad.log" "${vit[@]}" --patch 5 --out "$work/x"
+
+# --- gradexp (the ViT on Fashion-MNIST, full-batch gradient descent) ----------------------------
+# Every output written; the measurements finite and consistent (check_outputs gradexp: the loss
+# decreases, lambda_max >= every probe's Rayleigh quotient and tr(H)/n, no per-example loop in
+# the per-sample gradients, hvp / vhp / jvp / Lanczos vs power checks); a run stopped and
+# resumed equals the uninterrupted one (the measurements before the stop come back from
+# measurements.json).
+gx=(--steps 20 --eval-every 5 --train-size 48 --test-size 64 --dim 16 --mlp 32 --lanczos-iterations 12 --hutchinson-samples 3)
+"$ex/gradexp" "${gx[@]}" --out "$work/gradexp" > "$work/gradexp.log" 2>&1 || { cat "$work/gradexp.log"; fail "gradexp"; }
+"$check" gradexp "$work/gradexp" || { cat "$work/gradexp.log"; fail "gradexp measurements"; }
+for png in loss sharpness grad_norms trace_noise; do
+  head -c 8 "$work/gradexp/$png.png" | grep -q PNG || fail "gradexp: $png.png is not a PNG"
+done
+grep -q '^digraph xgrad' "$work/gradexp/graph_mha_forward.dot" || fail "gradexp: no forward graph"
+grep -q 'in_proj_weight' "$work/gradexp/graph_mha_backward.dot" || fail "gradexp: no backward graph"
+if command -v dot > /dev/null; then grep -q '<svg' "$work/gradexp/graph_mha_backward.svg" || fail "gradexp: no SVG"; fi
+test "$(grep -c '"step"' "$work/gradexp/measurements.json")" -eq 4 || fail "gradexp: not 4 measurements"
+grep -Eq "^trained 20 steps \(full-batch gradient descent on 48 images, peak lr 0.5\): training loss [0-9.]+, test accuracy [0-9.]+% on 64 images" \
+  "$work/gradexp.log" || { cat "$work/gradexp.log"; fail "gradexp summary"; }
+"$ex/gradexp" "${gx[@]}" --out "$work/gradexp-resumed" --no-plots --stop-after 7 > /dev/null 2>&1
+"$ex/gradexp" --resume --out "$work/gradexp-resumed" > "$work/gradexp-resume.log" 2>&1 ||
+  { cat "$work/gradexp-resume.log"; fail "gradexp --resume"; }
+"$check" same-run "$work/gradexp" "$work/gradexp-resumed"
+expect_error "--dim 32 differs from the stored run.s --dim 16" "$work/bad.log" \
+  "$ex/gradexp" --out "$work/gradexp-resumed" --resume --dim 32
+expect_error "--lanczos-iterations 2 is less than --eigenvalues 3" "$work/bad.log" \
+  "$ex/gradexp" --eigenvalues 3 --lanczos-iterations 2 --out "$work/x"
+expect_error "--train-size: 1 is out of range" "$work/bad.log" "$ex/gradexp" --train-size 1 --out "$work/x"
+expect_error "load_fashion_mnist: directory '$work/none' does not exist" "$work/bad.log" \
+  "$ex/gradexp" --data-dir "$work/none" --out "$work/x"
+"$ex/gradexp" --help | grep -q -- --hutchinson-samples || fail "gradexp --help"
 
 # --- char_gpt ---------------------------------------------------------------------------------
 gpt=("$ex/char_gpt" --max-files 3 --context 32 --dim 32 --layers 2 --heads 2 --mlp 64 --batch 8)
