@@ -341,7 +341,7 @@ int main(int argc, char** argv) {
     settings.seed = opt.seed;
     Model model(cfg);
     SGD optimizer(model.named_parameters(), SGDOptions(lr));  // plain gradient descent: threshold 2 / lr
-    std::cerr << "gradexp: " << model.parameter_count() << " parameters, " << train_size
+    std::cout << "gradexp: " << model.parameter_count() << " parameters, " << train_size
               << " training images (full-batch gradient descent)\n";
 
     const std::string measurements_path = opt.out + "/measurements.json";

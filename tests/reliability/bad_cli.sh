@@ -158,7 +158,7 @@ expect_code 105 "sort: --lr nan"                         '^--lr: .nan. is not a 
 expect_code 105 "reverse: --stop-after -5"               '^--stop-after: -5 is negative; allowed: a whole number from 0 to' -- "$ex/reverse" --stop-after -5
 expect_code 105 "gradexp: --lanczos-iterations -3"       '^--lanczos-iterations: -3 is negative; allowed: a whole number from 1 to 1000' -- "$ex/gradexp" --lanczos-iterations -3
 expect_code 105 "gradexp: --hutchinson-samples 0"        '^--hutchinson-samples: 0 is out of range' -- "$ex/gradexp" --hutchinson-samples 0
-expect_code 105 "gradexp: --train-size 1"                '^--train-size: 1 is out of range; allowed: a whole number from 2 to 65536' -- "$ex/gradexp" --train-size 1
+expect_code 105 "gradexp: --train-size 1"                '^--train-size: 1 is out of range; allowed: a whole number from 2 to 60000' -- "$ex/gradexp" --train-size 1
 expect_code 2   "gradexp: fewer Lanczos steps than eigenvalues" 'lanczos-iterations 2 is less than --eigenvalues 3' -- "$ex/gradexp" --eigenvalues 3 --lanczos-iterations 2 --steps 1 --no-plots --out "$work/lanczos"
 expect_code 105 "reverse: --eval-every 0"                '^--eval-every: 0 is out of range' -- "$ex/reverse" --eval-every 0
 expect_code 105 "sort: --threads 0"                      '^--threads: 0 is out of range; allowed: a whole number from 1 to 256' -- "$ex/sort" --threads 0
