@@ -7,7 +7,7 @@
 # one (JSON / safetensors tokens) and a structure-aware custom mutator built in.
 #
 #   bash scripts/run-fuzz.sh [SECONDS]
-#   XGRAD_FUZZ_BUILD=build-sanitize bash scripts/run-fuzz.sh [SECONDS]
+#   XGRAD_FUZZ_BUILD=build-myfuzz bash scripts/run-fuzz.sh [SECONDS]
 #
 # Prints, per target, the number of executions and the result, then a last line
 #   fuzz: N passed, M failed
@@ -45,7 +45,7 @@ CC_BIN=$(find_tool clang clang-14)
 CXX_BIN=$(find_tool clang++ clang++-14)
 
 # XGRAD_FUZZ_BUILD=DIR reuses a build directory already configured with clang and
-# -DXGRAD_FUZZ=ON (scripts/run-tests.sh's sanitizer build); else build-fuzz/ is configured here.
+# -DXGRAD_FUZZ=ON; else build-fuzz/ is configured here.
 if [ -n "${XGRAD_FUZZ_BUILD:-}" ]; then
   BUILD=$XGRAD_FUZZ_BUILD
   if ! grep -q '^XGRAD_FUZZ:BOOL=ON' "$BUILD/CMakeCache.txt" 2>/dev/null; then
