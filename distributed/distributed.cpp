@@ -227,19 +227,19 @@ template <class Copy> static void piecewise(const std::vector<std::size_t>& boun
 void SegmentedReduce::write(std::size_t offset, const void* src, std::size_t count) {
   auto* base = buf_->data.data();
   piecewise(bounds_, header_, offset, count, [&](std::size_t phys, std::size_t from, std::size_t n) {
-    std::memcpy(base + phys * item_, static_cast<const unsigned char*>(src) + from * item_, n * item_);
+    if (n) std::memcpy(base + phys * item_, static_cast<const unsigned char*>(src) + from * item_, n * item_);
   });
 }
 void SegmentedReduce::read(std::size_t offset, void* dst, std::size_t count) const {
   const auto* base = buf_->data.data();
   piecewise(bounds_, header_, offset, count, [&](std::size_t phys, std::size_t to, std::size_t n) {
-    std::memcpy(static_cast<unsigned char*>(dst) + to * item_, base + phys * item_, n * item_);
+    if (n) std::memcpy(static_cast<unsigned char*>(dst) + to * item_, base + phys * item_, n * item_);
   });
 }
 void SegmentedReduce::fill_zero(std::size_t offset, std::size_t count) {
   auto* base = buf_->data.data();
   piecewise(bounds_, header_, offset, count,
-            [&](std::size_t phys, std::size_t, std::size_t n) { std::memset(base + phys * item_, 0, n * item_); });
+            [&](std::size_t phys, std::size_t, std::size_t n) { if (n) std::memset(base + phys * item_, 0, n * item_); });
 }
 void* SegmentedReduce::send_header(int r) {
   return buf_->data.data() + (segment_begin(r) + std::size_t(r) * header_) * item_;
@@ -261,7 +261,7 @@ std::size_t SegmentedReduce::bytes_sent(bool with_gather) const {
 void SegmentedReduce::start_scatter(MPI_Comm comm, const std::string& what) {
   auto& b = *buf_;
   if (comm == MPI_COMM_NULL) {  // a world of one: header + segment 0 to ourselves
-    std::memcpy(b.received.data(), b.data.data(), b.received.size());
+    if (!b.received.empty()) std::memcpy(b.received.data(), b.data.data(), b.received.size());
     return;
   }
   scatter_.assign(1, MPI_REQUEST_NULL);
@@ -278,6 +278,7 @@ template <class T> void reduce_segments(const unsigned char* received, std::size
                                         int world, std::size_t n, ReduceOp op, T* out) {
   auto src = [&](int s) { return reinterpret_cast<const T*>(received + std::size_t(s) * stride_bytes) + header; };
   // out[i] = ((s_0[i] + s_1[i]) + s_2[i]) + ...: rank order, one element at a time.
+  if (n == 0) return;  // an empty segment (fewer elements than ranks): its buffers may be null
   std::memcpy(out, src(0), n * sizeof(T));
   for (int s = 1; s < world; ++s) {
     const T* x = src(s);

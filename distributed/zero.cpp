@@ -81,7 +81,7 @@ void deserialize(const unsigned char* p, std::size_t n, NamedTensors& out) {
   std::size_t at = 0;
   auto take = [&](void* dst, std::size_t k) {
     if (at + k > n) throw DistributedError(detail::rank_prefix() + kWho + ": a gathered optimizer state is truncated");
-    std::memcpy(dst, p + at, k);
+    if (k) std::memcpy(dst, p + at, k);
     at += k;
   };
   while (at < n) {

@@ -10,6 +10,11 @@ ex=$build/examples/reverse
 check=$build/tests/check_outputs
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$(dirname "$0")/lsan.supp:print_suppressions=0"
+# With clang's ASan the leaked blocks' stacks end in Open MPI components that MPI_Finalize has
+# already unloaded ("<unknown module>"), which no suppression can name: leak checking is off for
+# the programs mpirun starts (ASan and UBSan stay on; distributed_solo, the same tests without
+# mpirun, keeps leak checking).
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 export XGRAD_NUM_THREADS=1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -10,6 +10,11 @@ exe=$build/tests/distributed/dist_tests
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Under AddressSanitizer: Open MPI keeps allocations until exit (reported as leaks): suppress them.
 export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$(dirname "$0")/lsan.supp:print_suppressions=0"
+# With clang's ASan the leaked blocks' stacks end in Open MPI components that MPI_Finalize has
+# already unloaded ("<unknown module>"), which no suppression can name: leak checking is off for
+# the programs mpirun starts (ASan and UBSan stay on; distributed_solo, the same tests without
+# mpirun, keeps leak checking).
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 export XGRAD_DIST_TIMEOUT=${XGRAD_DIST_TIMEOUT:-60} XGRAD_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
