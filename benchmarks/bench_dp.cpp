@@ -25,32 +25,12 @@
 
 #include "xgrad/distributed/all.hpp"
 #include "xgrad/xgrad.hpp"
+#include "reverse_step.hpp"
 
 using namespace xgrad;
 namespace dist = xgrad::distributed;
 
 namespace {
-
-struct Batch {
-  Tensor tokens, padding, targets;
-};
-
-// examples/reverse.cpp's data: digit sequences of length 1-16 padded to 16, reversed.
-Batch make_batch(Rng& rng, std::size_t B) {
-  constexpr std::int64_t kPad = 10;
-  constexpr std::size_t kLen = 16;
-  std::vector<std::int64_t> tok(B * kLen, kPad), tgt(B * kLen, -100);
-  std::vector<bool> pad(B * kLen, true);
-  for (std::size_t i = 0; i < B; ++i) {
-    const auto L = std::size_t(rng.uniform_int(1, std::int64_t(kLen)));
-    for (std::size_t t = 0; t < L; ++t) {
-      tok[i * kLen + t] = rng.uniform_int(0, 9);
-      pad[i * kLen + t] = false;
-    }
-    for (std::size_t t = 0; t < L; ++t) tgt[i * kLen + t] = tok[i * kLen + L - 1 - t];
-  }
-  return {index_tensor(tok, {B, kLen}), bool_tensor(pad, {B, kLen}), index_tensor(tgt, {B, kLen})};
-}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -102,10 +82,7 @@ int main(int argc, char** argv) {
     else return usage();
   }
   tune_allocator();
-  TransformerConfig cfg;
-  cfg.vocab_size = 11, cfg.max_len = 16, cfg.embed_dim = 64, cfg.num_heads = 4;
-  cfg.ff_hidden = 128, cfg.num_layers = 2, cfg.dropout = 0.0;
-  TransformerEncoder model(cfg);
+  TransformerEncoder model(xgrad_bench::reverse_config());
   const AdamWOptions adamw = AdamWOptions(3e-3).betas(0.9, 0.98).eps(1e-9).weight_decay(0.01);
   auto probe = std::make_shared<SkewProbe>();
   if (split) add_backward_observer(probe);
@@ -119,8 +96,8 @@ int main(int argc, char** argv) {
   auto* zero_opt = dynamic_cast<dist::ZeroOptimizer*>(opt.get());
 
   Rng rng(12345 + std::uint64_t(dist::rank()));
-  std::vector<Batch> batches;
-  for (int i = 0; i < 8; ++i) batches.push_back(make_batch(rng, batch));
+  std::vector<xgrad_bench::ReverseBatch> batches;
+  for (int i = 0; i < 8; ++i) batches.push_back(xgrad_bench::make_reverse_batch(rng, batch));
 
   using clock = std::chrono::steady_clock;
   std::vector<double> step_ms, wait_ms, callback_ms, skew_ms;
@@ -132,7 +109,7 @@ int main(int argc, char** argv) {
     }
     const auto start = clock::now();
     const double wait0 = ddp.stats().wait_seconds, cb0 = ddp.stats().callback_seconds, skew0 = probe->seconds;
-    const Batch& b = batches[std::size_t(s) % batches.size()];
+    const xgrad_bench::ReverseBatch& b = batches[std::size_t(s) % batches.size()];
     opt->zero_grad();
     Tensor loss = cross_entropy(model.forward(b.tokens, b.padding), b.targets);
     loss.backward();

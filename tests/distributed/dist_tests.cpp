@@ -126,6 +126,16 @@ Tensor loss_of(TransformerEncoder& model, long step, std::size_t begin, std::siz
   return cross_entropy(model.forward(index_tensor(tok, {n, kLen})), index_tensor(tgt, {n, kLen}));
 }
 
+// Steps [from, to) of this rank's shard of the global batch: zero_grad, backward, step.
+void train_shard(TransformerEncoder& model, Optimizer& opt, long from, long to) {
+  const auto [begin, end] = dist::shard_range(kBatch, me(), world());
+  for (long s = from; s < to; ++s) {
+    opt.zero_grad();
+    loss_of(model, s, begin, end).backward();
+    opt.step();
+  }
+}
+
 std::unique_ptr<Optimizer> adamw(const NamedTensors& p) {
   return std::make_unique<AdamW>(p, AdamWOptions(3e-3).betas(0.9, 0.98).weight_decay(0.01));
 }
@@ -630,22 +640,14 @@ BOOST_AUTO_TEST_CASE(checkpoint_round_trip_with_and_without_zero) {
   // AdamW loaded from it: all three end with the same bits.
   const std::string dir = shared_temp_dir();
   const std::string path = dir + "/ckpt.safetensors";
-  const auto [begin, end] = dist::shard_range(kBatch, me(), world());
-  auto train = [&, b = begin, e = end](TransformerEncoder& m, Optimizer& opt, long from, long to) {
-    for (long s = from; s < to; ++s) {
-      opt.zero_grad();
-      loss_of(m, s, b, e).backward();
-      opt.step();
-    }
-  };
   TransformerEncoder m1(small_config());
   NamedTensors after;
   {
     dist::DistributedDataParallel ddp(m1);
     dist::ZeroOptimizer opt(ddp, adamw);
-    train(m1, opt, 0, 2);
+    train_shard(m1, opt, 0, 2);
     dist::save_checkpoint(path, m1, &opt, {{"note", "zero"}});
-    train(m1, opt, 2, 4);
+    train_shard(m1, opt, 2, 4);
     for (auto& [n, t] : m1.named_parameters()) after.emplace_back(n, t.clone());
   }
   TransformerConfig other = small_config();
@@ -657,13 +659,13 @@ BOOST_AUTO_TEST_CASE(checkpoint_round_trip_with_and_without_zero) {
     const auto meta = dist::load_checkpoint(path, m2, &opt);
     BOOST_TEST(meta.at("note") == "zero");
     BOOST_TEST(opt.steps() == 2);
-    train(m2, opt, 2, 4);
+    train_shard(m2, opt, 2, 4);
   }
   {
     dist::DistributedDataParallel ddp(m3);
     AdamW opt(m3.named_parameters(), AdamWOptions(3e-3).betas(0.9, 0.98).weight_decay(0.01));
     dist::load_checkpoint(path, m3, &opt);
-    train(m3, opt, 2, 4);
+    train_shard(m3, opt, 2, 4);
   }
   const auto p2 = m2.named_parameters(), p3 = m3.named_parameters();
   for (std::size_t i = 0; i < after.size(); ++i) {
@@ -690,37 +692,29 @@ BOOST_AUTO_TEST_CASE(zero_with_parameter_groups_matches_the_unsharded_grouped_op
     if (!vecs.empty()) groups.push_back(ParamGroup(vecs).weight_decay(0.0));
     return std::unique_ptr<Optimizer>(std::make_unique<AdamW>(groups, AdamWOptions(3e-3)));
   };
-  const auto [begin, end] = dist::shard_range(kBatch, me(), world());
-  auto train = [&, b = begin, e = end](TransformerEncoder& m, Optimizer& opt, long from, long to) {
-    for (long s = from; s < to; ++s) {
-      opt.zero_grad();
-      loss_of(m, s, b, e).backward();
-      opt.step();
-    }
-  };
   const std::string dir = shared_temp_dir(), path = dir + "/grouped.safetensors";
   TransformerEncoder plain_model(small_config()), zero_model(small_config()), loaded_model(small_config());
   NamedTensors plain_state, zero_state;
   {
     dist::DistributedDataParallel ddp(plain_model);
     auto opt = grouped(plain_model.named_parameters());
-    train(plain_model, *opt, 0, 3);
+    train_shard(plain_model, *opt, 0, 3);
     plain_state = opt->state_dict();
-    train(plain_model, *opt, 3, 4);
+    train_shard(plain_model, *opt, 3, 4);
   }
   {
     dist::DistributedDataParallel ddp(zero_model);
     dist::ZeroOptimizer opt(ddp, grouped);
-    train(zero_model, opt, 0, 3);
+    train_shard(zero_model, opt, 0, 3);
     zero_state = opt.gather_state_dict(0);
     dist::save_checkpoint(path, zero_model, &opt);
-    train(zero_model, opt, 3, 4);
+    train_shard(zero_model, opt, 3, 4);
   }
   {  // loaded into a new grouped ZeRO optimizer: each rank keeps its shard, with its own groups
     dist::DistributedDataParallel ddp(loaded_model);
     dist::ZeroOptimizer opt(ddp, grouped);
     dist::load_checkpoint(path, loaded_model, &opt);
-    train(loaded_model, opt, 3, 4);
+    train_shard(loaded_model, opt, 3, 4);
   }
   const auto p = plain_model.named_parameters(), z = zero_model.named_parameters(), l = loaded_model.named_parameters();
   for (std::size_t i = 0; i < p.size(); ++i) {
