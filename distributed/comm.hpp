@@ -115,7 +115,6 @@ class SegmentedReduce {
   bool in_flight() const;
 
  private:
-  std::size_t physical(std::size_t logical) const;  // physical offset of a logical element
   DType dtype_ = DType::Float32;
   std::size_t item_ = 4, header_ = 0;
   int world_ = 1, rank_ = 0;
@@ -127,5 +126,9 @@ class SegmentedReduce {
   std::unique_ptr<Buffers> buf_ = std::make_unique<Buffers>();  // stable addresses across moves
   std::vector<MPI_Request> scatter_, gather_;
 };
+
+// Rank r's share of n items split as evenly as possible: [b[r], b[r+1]), the first n % world
+// ranks one item more (shard_range, all_reduce's segments, the DDP buckets' segments).
+std::vector<std::size_t> even_bounds(std::size_t n, int world);
 
 }  // namespace xgrad::distributed::detail

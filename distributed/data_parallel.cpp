@@ -148,7 +148,6 @@ struct DistributedDataParallel::Reducer : BackwardObserver {
     detail::SegmentedReduce red;
     std::size_t pending = 0;
     std::vector<char> used, used_anywhere;  // per slot: this rank had a gradient / some rank had one
-    bool launched = false, reduced = false;
   };
 
   ReduceOp op = ReduceOp::Average;
@@ -207,10 +206,7 @@ struct DistributedDataParallel::Reducer : BackwardObserver {
       if (zero) {
         for (int r = 0; r < world; ++r) bounds[std::size_t(r) + 1] += bounds[std::size_t(r)];
       } else {
-        for (int r = 0; r <= world; ++r) {
-          const std::size_t q = std::size_t(r), base = offset / std::size_t(world), extra = offset % std::size_t(world);
-          bounds[q] = q * base + std::min(q, extra);
-        }
+        bounds = detail::even_bounds(offset, world);
       }
       bucket.params = g;
       bucket.red = detail::SegmentedReduce(bucket.dtype, bounds, 2 + g.size());
@@ -232,7 +228,6 @@ struct DistributedDataParallel::Reducer : BackwardObserver {
       for (std::size_t s = 0; s < bucket.params.size(); ++s) put(h, bucket.dtype, 2 + s, bucket.used[s]);
     }
     bucket.red.start_scatter(scatter_comm.get(), what(b));
-    bucket.launched = true;
   }
 
   void launch_ready() {
@@ -260,7 +255,6 @@ struct DistributedDataParallel::Reducer : BackwardObserver {
     }
     bucket.red.reduce(op);
     if (!zero) bucket.red.start_gather(gather_comm.get(), what(b));
-    bucket.reduced = true;
   }
 
   // Progress without blocking: reduce (in bucket order) every bucket whose scatter arrived.
@@ -285,7 +279,6 @@ struct DistributedDataParallel::Reducer : BackwardObserver {
     next_launch = next_reduce = 0;
     for (auto& b : buckets) {
       b.pending = b.params.size();
-      b.launched = b.reduced = false;
       std::fill(b.used.begin(), b.used.end(), 0);
     }
     phase = Phase::Collecting;

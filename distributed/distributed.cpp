@@ -205,12 +205,6 @@ SegmentedReduce::~SegmentedReduce() {
 
 bool SegmentedReduce::in_flight() const { return !scatter_.empty() || !gather_.empty(); }
 
-std::size_t SegmentedReduce::physical(std::size_t logical) const {
-  // segment s holds logical [bounds[s], bounds[s+1]) at physical bounds[s] + (s + 1) * header
-  const auto s = std::size_t(std::upper_bound(bounds_.begin() + 1, bounds_.end() - 1, logical) - bounds_.begin() - 1);
-  return logical + (s + 1) * header_;
-}
-
 // Copies count elements at logical offset `offset`, piece by piece across segment borders.
 template <class Copy> static void piecewise(const std::vector<std::size_t>& bounds, std::size_t header,
                                             std::size_t offset, std::size_t count, const Copy& copy) {
@@ -336,6 +330,13 @@ void SegmentedReduce::start_gather(MPI_Comm comm, const std::string& what) {
 bool SegmentedReduce::test_gather(const std::string& what) { return test_all(gather_, what); }
 void SegmentedReduce::wait_gather(const std::string& what) { wait_all(gather_, what); }
 
+std::vector<std::size_t> even_bounds(std::size_t n, int world) {
+  std::vector<std::size_t> b(std::size_t(world) + 1, 0);
+  const std::size_t base = n / std::size_t(world), extra = n % std::size_t(world);
+  for (std::size_t q = 1; q <= std::size_t(world); ++q) b[q] = q * base + std::min(q, extra);
+  return b;
+}
+
 }  // namespace detail
 
 using detail::ctx;
@@ -429,9 +430,8 @@ std::pair<std::size_t, std::size_t> shard_range(std::size_t n, int rank, int wor
   if (std::size_t(world) > n)
     throw_error<ValueError>("shard_range", n, " items cannot be shared by ", world,
                             " ranks: every rank needs at least one (use at most ", n, " ranks or more items)");
-  const std::size_t base = n / std::size_t(world), extra = n % std::size_t(world), r = std::size_t(rank);
-  const std::size_t begin = r * base + std::min(r, extra);
-  return {begin, begin + base + (r < extra ? 1 : 0)};
+  const std::vector<std::size_t> b = detail::even_bounds(n, world);
+  return {b[std::size_t(rank)], b[std::size_t(rank) + 1]};
 }
 
 // --- collectives -----------------------------------------------------------------------------
@@ -496,14 +496,6 @@ detail::SegmentedReduce reduce_values(const char* op, const Tensor& t, ReduceOp 
   return red;
 }
 
-std::vector<std::size_t> even_bounds(std::size_t n, int world) {
-  std::vector<std::size_t> b(std::size_t(world) + 1, 0);
-  for (int r = 0; r < world; ++r) {
-    const std::size_t base = n / std::size_t(world), extra = n % std::size_t(world), q = std::size_t(r) + 1;
-    b[q] = q * base + std::min(q, extra);
-  }
-  return b;
-}
 
 }  // namespace
 
@@ -538,7 +530,7 @@ void all_reduce(const Tensor& t, ReduceOp op) {
   const auto& comm = detail::user_comm("all_reduce");
   check_reducible("all_reduce", t, op);
   detail::agree(comm.get(), describe(kAllReduce, std::int64_t(op), &t), describe_call, "all_reduce");
-  auto red = reduce_values("all_reduce", t, op, even_bounds(t.numel(), world_size()), true);
+  auto red = reduce_values("all_reduce", t, op, detail::even_bounds(t.numel(), world_size()), true);
   red.read(0, t.mutable_raw_data(), t.numel());
 }
 

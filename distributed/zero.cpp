@@ -32,18 +32,6 @@ std::vector<int> partition(const NamedTensors& params, int world) {
   return owner;
 }
 
-// The sum of g^2 in double, element by element in order: clip_grad_norm's own arithmetic
-// (models/optim.cpp), so the sharded total has the bits of the unsharded one.
-double squared_norm(const Tensor& g) {
-  double total = 0;
-  dispatch_float("clip_grad_norm", g.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    const T* p = g.data<T>();
-    for (std::size_t j = 0, n = g.numel(); j < n; ++j) total += double(p[j]) * double(p[j]);
-  });
-  return total;
-}
-
 // The flat index of the first non-finite element, or numel.
 std::size_t first_non_finite(const Tensor& g) {
   return dispatch_float(kWho, g.dtype(), [&](auto zero) {
@@ -248,22 +236,20 @@ void ZeroOptimizer::step() {
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
   if (!(max_norm >= 0))
     throw_error<ValueError>("clip_grad_norm", "argument 'max_norm' must be >= 0, got ", max_norm);
-  // (has gradient, squared norm) per parameter: the owner's values, zeros elsewhere, summed
-  // over the ranks (x + 0 is exact, so every rank gets the owners' values).
+  // Each parameter's squared gradient norm: the owner's value, +0 elsewhere and for a
+  // parameter without gradient, summed over the ranks (x + 0 is exact, so every rank gets the
+  // owners' values), then added in parameter order as clip_grad_norm adds them.
   const std::size_t n = params_.size();
-  Tensor both = zeros({2 * n}, DType::Float64);
-  double* v = both.mutable_data<double>();
+  Tensor per = zeros({n}, DType::Float64);
+  double* v = per.mutable_data<double>();
   for (std::size_t i = 0; i < n; ++i) {
     const Tensor g = params_[i].second.grad();
-    if (owners_[i] != rank() || !g.defined()) continue;
-    v[i] = 1;
-    v[n + i] = squared_norm(g);
+    if (owners_[i] == rank() && g.defined()) v[i] = xgrad::detail::grad_squared_norm(g);
   }
-  all_reduce(both, ReduceOp::Sum);
-  v = both.mutable_data<double>();
+  all_reduce(per, ReduceOp::Sum);
+  v = per.mutable_data<double>();
   double sq = 0;
-  for (std::size_t i = 0; i < n; ++i)
-    if (v[i] != 0) sq += v[n + i];
+  for (std::size_t i = 0; i < n; ++i) sq += v[i];
   const double total = std::sqrt(sq);
   const double coef = max_norm / (total + 1e-6);
   if (coef < 1) {
@@ -272,15 +258,7 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
       const Tensor& p = params_[i].second;
       const Tensor g = p.grad();
       if (owners_[i] != rank() || !g.defined()) continue;
-      Tensor scaled = zeros(g.shape(), g.dtype());
-      dispatch_float("clip_grad_norm", g.dtype(), [&](auto zero) {
-        using T = decltype(zero);
-        const T* s = g.data<T>();
-        T* d = scaled.mutable_data<T>();
-        const T k = T(coef);
-        for (std::size_t j = 0, m = g.numel(); j < m; ++j) d[j] = s[j] * k;
-      });
-      p.set_grad(scaled);
+      p.set_grad(xgrad::detail::scaled_grad(g, coef));
     }
   }
   return total;

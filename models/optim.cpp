@@ -598,16 +598,8 @@ std::vector<ParamGroup> decay_groups(const Module& model, double weight_decay, c
 
 // --- clipping and schedule ---------------------------------------------------------------
 
-namespace {
-template <class T> void scale_into(const Tensor& src, const Tensor& dst, double c) {
-  const T* s = src.data<T>();
-  T* d = dst.mutable_data<T>();
-  const T k = T(c);
-  for (std::size_t j = 0, n = src.numel(); j < n; ++j) d[j] = s[j] * k;
-}
-
-// sum of g^2 in double, without copying g.
-double squared_norm(const Tensor& g) {
+namespace detail {
+double grad_squared_norm(const Tensor& g) {
   double total = 0;
   auto add = [&](const auto* p) {
     for (std::size_t j = 0, n = g.numel(); j < n; ++j) total += double(p[j]) * double(p[j]);
@@ -618,7 +610,19 @@ double squared_norm(const Tensor& g) {
     for (double x : g.to_vector()) total += x * x;
   return total;
 }
-}  // namespace
+
+Tensor scaled_grad(const Tensor& g, double coef) {
+  Tensor scaled = zeros(g.shape(), g.dtype());
+  dispatch_float("clip_grad_norm", g.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* s = g.data<T>();
+    T* d = scaled.mutable_data<T>();
+    const T k = T(coef);
+    for (std::size_t j = 0, n = g.numel(); j < n; ++j) d[j] = s[j] * k;
+  });
+  return scaled;
+}
+}  // namespace detail
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   if (!(max_norm >= 0))
@@ -629,7 +633,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
       throw_error<ValueError>("clip_grad_norm", "parameter ", i, " of ", params.size(), " is undefined");
     Tensor g = params[i].grad();
     if (!g.defined()) continue;
-    sq += squared_norm(g);
+    sq += detail::grad_squared_norm(g);
   }
   const double total = std::sqrt(sq);
   const double coef = max_norm / (total + 1e-6);
@@ -638,10 +642,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     for (const Tensor& p : params) {
       Tensor g = p.grad();
       if (!g.defined()) continue;
-      Tensor scaled = zeros(g.shape(), g.dtype());
-      dispatch_float("clip_grad_norm", g.dtype(),
-                     [&](auto zero) { scale_into<decltype(zero)>(g, scaled, coef); });
-      p.set_grad(scaled);
+      p.set_grad(detail::scaled_grad(g, coef));
     }
   }
   return total;

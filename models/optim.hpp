@@ -300,6 +300,13 @@ std::vector<ParamGroup> decay_groups(const Module& model, double weight_decay,
 // max_norm must be >= 0 (ValueError).
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
+// clip_grad_norm's two pieces, also used by distributed::ZeroOptimizer::clip_grad_norm so that
+// a sharded clip has the unsharded one's bits.
+namespace detail {
+double grad_squared_norm(const Tensor& g);         // sum of g^2 in double, in element order
+Tensor scaled_grad(const Tensor& g, double coef);  // a new tensor g * T(coef)
+}  // namespace detail
+
 // Linear warmup then cosine decay:
 //   step < warmup_steps:          base_lr * (step + 1) / warmup_steps
 //   warmup_steps <= step < total: min_lr + (base_lr - min_lr) * (1 + cos(pi * r)) / 2,
