@@ -49,7 +49,6 @@ void wait_all(std::vector<MPI_Request>& requests, const std::string& what);
 bool test_all(std::vector<MPI_Request>& requests, const std::string& what);
 MPI_Datatype mpi_type(DType dtype);
 int checked_count(std::size_t n, const char* who);  // n as an MPI count; ValueError past 2^31 - 1
-Tensor empty_tensor(DType dtype, const Shape& shape, const char* op);  // uninitialised, size-checked
 
 // A collective's descriptor: every rank's is exchanged (one MPI_Allgather of fixed size on
 // `comm`) and compared before the collective moves data; if they differ, every rank throws

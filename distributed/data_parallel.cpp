@@ -163,7 +163,7 @@ struct DistributedDataParallel::Reducer : BackwardObserver {
   enum class Phase { Idle, Collecting, Broken } phase = Phase::Idle;
   bool syncing = false, touched = false, no_sync = false;
   std::uint64_t sequence = 0;  // backwards that reached the parameters so far (synchronised or under no_sync)
-  std::size_t next_launch = 0, next_reduce = 0;
+  std::size_t next_launch = 0, next_reduce = 0, next_gathered = 0;  // buckets [0, next_gathered): gather done
   DDPStats stats;
 
   std::string what(std::size_t b) const {
@@ -260,8 +260,8 @@ struct DistributedDataParallel::Reducer : BackwardObserver {
   // Progress without blocking: reduce (in bucket order) every bucket whose scatter arrived.
   void progress() {
     while (next_reduce < next_launch && buckets[next_reduce].red.test_scatter(what(next_reduce))) reduce(next_reduce++);
-    for (std::size_t b = 0; b < next_reduce; ++b)
-      if (!zero) (void)buckets[b].red.test_gather(what(b));
+    if (zero) return;  // ZeRO: the owners keep their reduced segments, nothing is gathered
+    while (next_gathered < next_reduce && buckets[next_gathered].red.test_gather(what(next_gathered))) ++next_gathered;
   }
 
   void backward_started() override {
@@ -276,7 +276,7 @@ struct DistributedDataParallel::Reducer : BackwardObserver {
                                 " when the model was wrapped (convert the model with Module::to before wrapping it)");
     syncing = !no_sync;
     touched = false;
-    next_launch = next_reduce = 0;
+    next_launch = next_reduce = next_gathered = 0;
     for (auto& b : buckets) {
       b.pending = b.params.size();
       std::fill(b.used.begin(), b.used.end(), 0);
@@ -362,7 +362,7 @@ struct DistributedDataParallel::Reducer : BackwardObserver {
         p.tensor.zero_grad();
         continue;
       }
-      Tensor g = detail::empty_tensor(p.dtype, p.shape, kWho);
+      Tensor g = empty_tensor(p.dtype, p.shape, kWho);
       bucket.red.read(p.offset, g.mutable_raw_data(), p.numel);
       p.tensor.set_grad(g);
     }

@@ -147,16 +147,6 @@ std::string tensor_text(const Descriptor& d) {
   return std::string(dtype_name(DType(d.dtype))) + " " + shape_str(shape) + (d.ndim > 8 ? "..." : "");
 }
 
-Tensor empty_tensor(DType dtype, const Shape& shape, const char* op) {
-  switch (dtype) {
-    case DType::Float32: return make_tensor(empty_array<float>(shape, op));
-    case DType::Float64: return make_tensor(empty_array<double>(shape, op));
-    case DType::Bool: return make_tensor(empty_array<bool>(shape, op));
-    case DType::Int64: return make_tensor(empty_array<std::int64_t>(shape, op));
-  }
-  throw_error<DTypeError>(op, "unknown dtype");
-}
-
 void agree(MPI_Comm comm, const Descriptor& mine, std::string (*describe)(const Descriptor&), const std::string& who) {
   if (comm == MPI_COMM_NULL) return;
   const int n = ctx().size;
@@ -548,7 +538,7 @@ Tensor reduce_scatter(const Tensor& t, ReduceOp op) {
   auto red = reduce_values("reduce_scatter", t, op, bounds, false);
   Shape shape = t.shape();
   shape[0] = k;
-  Tensor out = detail::empty_tensor(t.dtype(), shape, "reduce_scatter");
+  Tensor out = empty_tensor(t.dtype(), shape, "reduce_scatter");
   red.read(bounds[std::size_t(rank())], out.mutable_raw_data(), k * row);
   return out;
 }
@@ -561,7 +551,7 @@ Tensor all_gather(const Tensor& t) {
   Shape shape = t.shape();
   if (shape.empty()) shape = {n};
   else shape[0] *= n;
-  Tensor out = detail::empty_tensor(t.dtype(), shape, "all_gather");
+  Tensor out = empty_tensor(t.dtype(), shape, "all_gather");
   if (comm.null()) {
     std::memcpy(out.mutable_raw_data(), t.raw_data(), t.nbytes());
     return out;

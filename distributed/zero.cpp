@@ -89,7 +89,7 @@ void deserialize(const unsigned char* p, std::size_t n, NamedTensors& out) {
       take(&v, sizeof v);
       d = std::size_t(v);
     }
-    Tensor t = detail::empty_tensor(DType(dtype), shape, kWho);
+    Tensor t = empty_tensor(DType(dtype), shape, kWho);
     take(t.mutable_raw_data(), t.nbytes());
     out.emplace_back(std::move(name), std::move(t));
   }

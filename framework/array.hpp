@@ -140,6 +140,17 @@ template <class T> xt::xarray<T> empty_array(const Shape& shape, const char* op 
   }
 }
 
+// empty_array's tensor for any dtype: every element is the caller's to write.
+inline Tensor empty_tensor(DType dtype, const Shape& shape, const char* op = "empty") {
+  switch (dtype) {
+    case DType::Float32: return make_tensor(empty_array<float>(shape, op));
+    case DType::Float64: return make_tensor(empty_array<double>(shape, op));
+    case DType::Bool: return make_tensor(empty_array<bool>(shape, op));
+    case DType::Int64: return make_tensor(empty_array<std::int64_t>(shape, op));
+  }
+  throw_error<DTypeError>(op, "unknown dtype");
+}
+
 // Calls f(T{}) with T = float or double according to dtype; DTypeError otherwise.
 template <class F> decltype(auto) dispatch_float(const char* op, DType dtype, F&& f) {
   if (dtype == DType::Float32) return f(float{});

@@ -100,16 +100,6 @@ std::pair<std::size_t, std::size_t> check_sequence(const char* op, const char* a
   return batch_first ? std::pair{t.shape()[0], t.shape()[1]} : std::pair{t.shape()[1], t.shape()[0]};
 }
 
-// A new tensor whose every element the caller writes (no zero fill).
-Tensor uninitialised(const char* op, const Shape& shape, DType dtype) {
-  switch (dtype) {
-    case DType::Float32: return make_tensor(empty_array<float>(shape, op));
-    case DType::Float64: return make_tensor(empty_array<double>(shape, op));
-    case DType::Bool: return make_tensor(empty_array<bool>(shape, op));
-    default: return make_tensor(empty_array<std::int64_t>(shape, op));
-  }
-}
-
 // Copies `count` rows of `row_bytes` bytes each.
 void copy_rows(const Tensor& src, std::size_t src_row, const Tensor& dst, std::size_t dst_row, std::size_t count,
                std::size_t row_bytes) {
@@ -131,7 +121,7 @@ Tensor select_rows(const char* op, const Tensor& x, const std::vector<std::size_
                               " rows of argument 'x' ", x.shape());
   Shape s = x.shape();
   s[0] = rows.size();
-  Tensor out = uninitialised(op, s, x.dtype());
+  Tensor out = empty_tensor(x.dtype(), s, op);
   const std::size_t row_bytes = n ? x.nbytes() / n : 0;
   for (std::size_t i = 0; i < rows.size(); ++i) copy_rows(x, rows[i], out, i, 1, row_bytes);
   return out;
@@ -160,7 +150,7 @@ void KVCache::reserve(std::size_t n, std::size_t B, std::size_t E, DType dtype) 
     throw_error<ShapeError>(op, "the cache holds (B, E) = (", batch(), ", ", k_.shape()[2], ") ", dtype_name(k_.dtype()),
                             ", not (", B, ", ", E, ") ", dtype_name(dtype), " (clear() it first)");
   if (n <= allocated()) return;
-  Tensor k = uninitialised(op, {B, n, E}, dtype), v = uninitialised(op, {B, n, E}, dtype);
+  Tensor k = empty_tensor(dtype, {B, n, E}, op), v = empty_tensor(dtype, {B, n, E}, op);
   const std::size_t row = E * itemsize(dtype), old = allocated();
   for (Tensor* t : {&k, &v}) {  // positions >= length are zero: masked keys must stay finite
     auto* p = static_cast<unsigned char*>(t->mutable_raw_data());
