@@ -423,8 +423,12 @@ Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Rng& rng
 
 // --- checks ------------------------------------------------------------------------------
 
-void check_float(const char* op, const char* arg, const Tensor& t) {
+void check_defined(const char* op, const char* arg, const Tensor& t) {
   if (!t.defined()) throw_error<ValueError>(op, "argument '", arg, "' is undefined");
+}
+
+void check_float(const char* op, const char* arg, const Tensor& t) {
+  check_defined(op, arg, t);
   if (!is_float(t.dtype()))
     throw_error<DTypeError>(op, "argument '", arg, "' must be float32 or float64, got ", dtype_name(t.dtype()),
                             " of shape ", t.shape());

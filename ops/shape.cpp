@@ -10,9 +10,6 @@ namespace xgrad {
 namespace {
 // Shape ops move values of any dtype (Int64 indices and Bool masks too); only float inputs
 // can require grad, so only they are ever recorded.
-void check_defined(const char* op, const char* arg, const Tensor& t) {
-  if (!t.defined()) throw_error<ValueError>(op, "argument '", arg, "' is undefined");
-}
 // f(T{}) with T the element type of x's dtype (float, double, bool or int64_t).
 template <class F> decltype(auto) visit_dtype(const Tensor& x, F&& f) {
   return std::visit([&](const auto& a) { return f(typename std::decay_t<decltype(a)>::value_type{}); },
@@ -22,7 +19,7 @@ template <class F> decltype(auto) visit_dtype(const Tensor& x, F&& f) {
 
 // y = x viewed as `shape` (a copy);  dx = reshape(g, X). Masks and indices reshape too.
 Tensor reshape(const Tensor& x, const Shape& shape) {
-  if (!x.defined()) throw_error<ValueError>("reshape", "argument 'x' is undefined");
+  check_defined("reshape", "x", x);
   if (check_tensor_size("reshape", shape, x.dtype()) != x.numel())
     throw_error<ShapeError>("reshape", "cannot reshape argument 'x' ", x.shape(), " (", x.numel(), " elements) to ", shape);
   if (shape == x.shape()) return x;
