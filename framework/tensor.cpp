@@ -438,6 +438,11 @@ void check_same_float(const char* op, const char* arg_a, const Tensor& a, const 
                       const Tensor& b) {
   check_float(op, arg_a, a);
   check_float(op, arg_b, b);
+  check_same_dtype(op, arg_a, a, arg_b, b);
+}
+
+void check_same_dtype(const char* op, const char* arg_a, const Tensor& a, const char* arg_b,
+                      const Tensor& b) {
   if (a.dtype() != b.dtype())
     throw_error<DTypeError>(op, "mixed dtypes: '", arg_a, "' is ", dtype_name(a.dtype()), ' ', a.shape(), ", '", arg_b,
                             "' is ", dtype_name(b.dtype()), ' ', b.shape(), " (convert with .to())");

@@ -220,11 +220,9 @@ Tensor unnarrow(const Tensor& x, long axis, std::size_t start, std::size_t size)
 Tensor concat(const std::vector<Tensor>& xs, long axis) {
   if (xs.empty()) throw_error<ValueError>("concat", "argument 'xs' is an empty list");
   for (std::size_t k = 0; k < xs.size(); ++k) {
-    check_defined("concat", ("xs[" + std::to_string(k) + "]").c_str(), xs[k]);
-    if (xs[k].dtype() != xs[0].dtype())
-      throw_error<DTypeError>("concat", "mixed dtypes: 'xs[0]' is ", dtype_name(xs[0].dtype()), ' ', xs[0].shape(),
-                              ", 'xs[", k, "]' is ", dtype_name(xs[k].dtype()), ' ', xs[k].shape(),
-                              " (convert with .to())");
+    const std::string arg = "xs[" + std::to_string(k) + "]";
+    check_defined("concat", arg.c_str(), xs[k]);
+    check_same_dtype("concat", "xs[0]", xs[0], arg.c_str(), xs[k]);
   }
   const std::size_t ax = normalize_axis("concat", axis, xs[0].shape());
   Shape ys = xs[0].shape();
