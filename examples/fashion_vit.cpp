@@ -172,9 +172,7 @@ int main(int argc, char** argv) {
 
   try {
     if (examples::resolve_resume(opt, run)) return 0;
-    if (cfg.dim % cfg.heads != 0)
-      throw ValueError("--dim " + std::to_string(cfg.dim) + " is not a multiple of --heads " + std::to_string(cfg.heads));
-    cfg.mean_pool = pool == "mean";
+    examples::finish_vit_options(cfg, pool);
     cfg.seed = opt.seed;
     examples::setup_runtime(opt);
     FashionMnist data = load_fashion_mnist(data_dir);
@@ -184,10 +182,8 @@ int main(int argc, char** argv) {
       throw ValueError("--batch " + std::to_string(batch_size) + " is larger than the " + std::to_string(n_train) +
                        " training images");
     // Pixel statistics of all training images (the same whatever the subset).
-    const std::pair<double, double> pixels = examples::pixel_statistics(data.train_images);
+    const std::pair<double, double> pixels = examples::standardise_by_training_pixels(data);
     const double pixel_mean = pixels.first, pixel_std = pixels.second;
-    examples::standardise(data.train_images, pixel_mean, pixel_std);
-    examples::standardise(data.test_images, pixel_mean, pixel_std);
     std::filesystem::create_directories(opt.out);
 
     VisionTransformer model(cfg);

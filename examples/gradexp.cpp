@@ -322,18 +322,14 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (examples::resolve_resume(opt, run)) return 0;
-    if (cfg.dim % cfg.heads != 0)
-      throw ValueError("--dim " + std::to_string(cfg.dim) + " is not a multiple of --heads " + std::to_string(cfg.heads));
+    examples::finish_vit_options(cfg, pool);
     if (settings.lanczos_iterations < settings.eigenvalues)
       throw ValueError("--lanczos-iterations " + std::to_string(settings.lanczos_iterations) + " is less than --eigenvalues " +
                        std::to_string(settings.eigenvalues));
-    cfg.mean_pool = pool == "mean";
     cfg.seed = opt.seed;
     examples::setup_runtime(opt);
     FashionMnist data = load_fashion_mnist(data_dir);
-    const std::pair<double, double> pixels = examples::pixel_statistics(data.train_images);
-    examples::standardise(data.train_images, pixels.first, pixels.second);
-    examples::standardise(data.test_images, pixels.first, pixels.second);
+    examples::standardise_by_training_pixels(data);
     const ImageBatch train = first_images(data.train_images, data.train_labels, train_size);
     const ImageBatch heldout = first_images(data.test_images, data.test_labels, test_size);
     const ImageBatch train64{train.images.to(DType::Float64), train.labels};

@@ -31,8 +31,8 @@ struct Batch {
 };
 
 // The sequences [begin, end) of a batch of B drawn from rng (all B are drawn, so a shard of
-// the batch is the same whichever rank makes it); end = B by default. `tokens_before` and
-// `tokens_total` count the target positions of the sequences before begin and of all B.
+// the batch is the same whichever rank makes it); end = B by default. `tokens_total`, when
+// given, receives the number of target positions of all B sequences.
 Batch make_batch(Rng& rng, std::size_t B, std::size_t begin = 0, std::size_t end = std::size_t(-1),
                  std::size_t* tokens_total = nullptr) {
   if (end > B) end = B;

@@ -381,6 +381,7 @@ int main(int argc, char** argv) {
       for (const auto& e : data_at(s)) overlap += heldout_set.count(e.text);
 
     // Final figures: greedy with and without the cache (same tokens; time), beam search.
+    const std::size_t final_beam = beam == 1 ? 4 : beam;  // the held-out beam width (4 when --beam is 1)
     auto timed = [&](std::size_t width, bool cached, std::size_t n) {
       const auto t0 = std::chrono::steady_clock::now();
       auto out = translate_texts(model, std::vector<std::string>(heldout_texts.begin(), heldout_texts.begin() + long(n)),
@@ -391,7 +392,7 @@ int main(int argc, char** argv) {
     const auto [greedy, greedy_s] = timed(1, true, heldout_size);
     const auto [uncached, uncached_s] = timed(1, false, n_uncached);
     const bool same_tokens = std::equal(uncached.begin(), uncached.end(), greedy.begin());
-    const auto [beamed, beam_s] = timed(beam == 1 ? 4 : beam, true, heldout_size);
+    const auto [beamed, beam_s] = timed(final_beam, true, heldout_size);
     const double greedy_acc = exact_match(greedy, heldout), beam_acc = exact_match(beamed, heldout);
     std::vector<std::size_t> per_format_n(kFormats), per_format_ok(kFormats);
     nlohmann::json errors = nlohmann::json::array();
@@ -444,7 +445,7 @@ int main(int argc, char** argv) {
          {"final_heldout_exact_match", result.accuracy},
          {"heldout_exact_match_greedy", greedy_acc},
          {"heldout_exact_match_beam", beam_acc},
-         {"beam_width", beam == 1 ? 4 : beam},
+         {"beam_width", final_beam},
          {"heldout_exact_match_per_format", per_format},
          {"heldout_errors", errors},
          {"decode", {{"greedy_cached_seconds", greedy_s}, {"greedy_cached_inputs", heldout_size},
@@ -455,7 +456,7 @@ int main(int argc, char** argv) {
          {"wall_time_seconds_this_run", result.seconds}});
     std::cout << "translate: " << result.steps << " steps, held-out exact match " << 100 * result.accuracy << "%"
               << examples::evaluated_at(result) << " on " << heldout_size << " inputs (greedy; beam "
-              << (beam == 1 ? 4 : beam) << ": " << 100 * beam_acc << "%), " << overlap
+              << final_beam << ": " << 100 * beam_acc << "%), " << overlap
               << " of them seen in training; " << examples::seconds_text(result) << "; "
               << examples::outputs_line(opt.out, plots.written(), result) << "\n";
     std::cout << "decoding " << heldout_size << " inputs greedily: " << greedy_s << " s with the KV cache; "

@@ -123,4 +123,13 @@ inline void standardise(xgrad::Tensor& images, double mean, double stddev) {
   for (std::size_t i = 0; i < images.numel(); ++i) p[i] = float((p[i] - mean) / stddev);
 }
 
+// Standardises data's training and test images in place with the pixel statistics of all
+// training images (whatever subset is used later); returns those (mean, stddev).
+inline std::pair<double, double> standardise_by_training_pixels(xgrad::FashionMnist& data) {
+  const std::pair<double, double> pixels = pixel_statistics(data.train_images);
+  standardise(data.train_images, pixels.first, pixels.second);
+  standardise(data.test_images, pixels.first, pixels.second);
+  return pixels;
+}
+
 }  // namespace examples

@@ -5,7 +5,8 @@
 //   matmul: argument 'b' has shape (3, 4) but 'a' has shape (2, 5): inner dimensions 5 != 3
 //
 // Build them with throw_error<E>(op, parts...) (or the tensor checks of framework/tensor.hpp:
-// check_float, check_same_float, check_rank, check_shape, check_same_shape), not by hand:
+// check_defined, check_float, check_same_float, check_same_dtype, check_rank, check_shape,
+// check_same_shape), not by hand:
 //   throw_error<ShapeError>("linear", "argument 'bias' ", bias.shape(), " must be (", out, ")");
 // throws ShapeError("linear: argument 'bias' (3) must be (4)").
 #pragma once

@@ -16,6 +16,7 @@
 // weight and bias) has a vjp that ends in a broadcast reduction, sum_to(Z, shape) with Z's axis 0
 // the batch: m's differentiable backward is then run once on all of g and Z summed per slice
 // (Z's slice i must come from g's slice i alone: checked with random weights, as the frontiers).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <unordered_map>
@@ -247,8 +248,7 @@ class PerSample {
     std::vector<const Node*> order;
     for (const auto& n : nodes)
       if (unique.insert(n.get()).second) zs.push_back(output_of(*n)), order.push_back(n.get());
-    std::vector<double> w(B_);
-    for (auto& v : w) v = rng_.uniform(0.5, 1.5);
+    const std::vector<double> w = random_weights();
     const GradOptions keep{true, false, true};
     const Tensors g = grad({losses_}, zs, {ones({B_}, losses_.dtype())}, keep);
     const Tensors gw = grad({losses_}, zs, {tensor(w, {B_}, losses_.dtype())}, keep);
@@ -257,6 +257,13 @@ class PerSample {
       status_[order[j]] = ok ? Status::Frontier : Status::Pass;
       if (ok) upstream_[order[j]] = g[j];
     }
+  }
+
+  // w (B): one weight per example, uniform in [0.5, 1.5), drawn from rng_ in order.
+  std::vector<double> random_weights() {
+    std::vector<double> w(B_);
+    for (auto& v : w) v = rng_.uniform(0.5, 1.5);
+    return w;
   }
 
   static bool is_linear_weight_or_bias(const Edge& e) {
@@ -281,21 +288,23 @@ class PerSample {
   // (B, ...input k's shape): example i's vjp of input k of the frontier op n, when that vjp is
   // sum_to(Z) with Z (B, ...) whose axis 0 is reduced away (input k broadcast over the examples)
   // and whose slice i depends on g's slice i only; else undefined. Z of every input of n comes
-  // from two differentiable backwards of n (upstream g and w_i g_i), kept per node.
+  // from two differentiable backwards of n (upstream g, then w_i g_i when some Z has axis 0 of
+  // size B), kept per node.
   Tensor reduced_per_example(const Edge& e, const Tensor& g) {
     auto it = reduced_.find(e.node.get());
     if (it == reduced_.end()) {
-      std::vector<double> w(B_);
-      for (auto& v : w) v = rng_.uniform(0.5, 1.5);
-      Shape ws(g.dim(), 1);
-      ws[0] = B_;
+      const std::vector<double> w = random_weights();  // drawn even if unused: rng_'s sequence stays fixed
       const Tensors z = reduced_terms(*e.node, g);
-      const Tensors zw = reduced_terms(*e.node, mul(g, tensor(w, ws, g.dtype())));
+      const auto candidate = [&](const Tensor& zk) { return zk.defined() && zk.dim() >= 1 && zk.shape()[0] == B_; };
       Tensors checked(z.size());
-      for (std::size_t k = 0; k < z.size(); ++k)
-        if (z[k].defined() && zw[k].defined() && z[k].dim() >= 1 && z[k].shape()[0] == B_ && zw[k].shape() == z[k].shape() &&
-            weighted_match(zw[k], z[k], w))
-          checked[k] = z[k];
+      if (std::any_of(z.begin(), z.end(), candidate)) {  // else no second backward: nothing to check
+        Shape ws(g.dim(), 1);
+        ws[0] = B_;
+        const Tensors zw = reduced_terms(*e.node, mul(g, tensor(w, ws, g.dtype())));
+        for (std::size_t k = 0; k < z.size(); ++k)
+          if (candidate(z[k]) && zw[k].defined() && zw[k].shape() == z[k].shape() && weighted_match(zw[k], z[k], w))
+            checked[k] = z[k];
+      }
       it = reduced_.emplace(e.node.get(), std::move(checked)).first;
     }
     const Tensor& z = it->second.at(e.input);

@@ -423,8 +423,12 @@ Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Rng& rng
 
 // --- checks ------------------------------------------------------------------------------
 
-void check_float(const char* op, const char* arg, const Tensor& t) {
+void check_defined(const char* op, const char* arg, const Tensor& t) {
   if (!t.defined()) throw_error<ValueError>(op, "argument '", arg, "' is undefined");
+}
+
+void check_float(const char* op, const char* arg, const Tensor& t) {
+  check_defined(op, arg, t);
   if (!is_float(t.dtype()))
     throw_error<DTypeError>(op, "argument '", arg, "' must be float32 or float64, got ", dtype_name(t.dtype()),
                             " of shape ", t.shape());
@@ -434,6 +438,11 @@ void check_same_float(const char* op, const char* arg_a, const Tensor& a, const 
                       const Tensor& b) {
   check_float(op, arg_a, a);
   check_float(op, arg_b, b);
+  check_same_dtype(op, arg_a, a, arg_b, b);
+}
+
+void check_same_dtype(const char* op, const char* arg_a, const Tensor& a, const char* arg_b,
+                      const Tensor& b) {
   if (a.dtype() != b.dtype())
     throw_error<DTypeError>(op, "mixed dtypes: '", arg_a, "' is ", dtype_name(a.dtype()), ' ', a.shape(), ", '", arg_b,
                             "' is ", dtype_name(b.dtype()), ' ', b.shape(), " (convert with .to())");

@@ -238,10 +238,16 @@ Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::
 // ValueError unless low < high.
 Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Rng& rng);
 
-// Throws DTypeError naming op and arg unless t is defined and of a float dtype.
+// ValueError "op: argument 'arg' is undefined" unless t is defined.
+void check_defined(const char* op, const char* arg, const Tensor& t);
+// check_defined, then DTypeError naming op and arg unless t has a float dtype.
 void check_float(const char* op, const char* arg, const Tensor& t);
-// Throws DTypeError unless both float and of one dtype.
+// check_float on both, then check_same_dtype.
 void check_same_float(const char* op, const char* arg_a, const Tensor& a, const char* arg_b,
+                      const Tensor& b);
+// DTypeError unless a and b (both defined) have one dtype: "op: mixed dtypes: 'a' is float32 (2),
+// 'b' is float64 (2) (convert with .to())".
+void check_same_dtype(const char* op, const char* arg_a, const Tensor& a, const char* arg_b,
                       const Tensor& b);
 // ShapeError unless t has `rank` axes: "op: argument 'arg' (2, 3) must be LAYOUT" when a layout
 // such as "(B, H, L, D)" is given, else "... must have rank R".

@@ -107,12 +107,16 @@ class Seq2SeqSession final : public DecodingSession {
   Seq2SeqSession(Seq2SeqTransformer& model, const Tensor& src, const Tensor& src_key_padding_mask, bool use_cache)
       : model_(model), use_cache_(use_cache) {
     NoGradGuard no_grad;
-    memory_ = model.encode(src, src_key_padding_mask);
+    const Tensor memory = model.encode(src, src_key_padding_mask);
+    if (use_cache_) {
+      cache_ = model.start(memory, src_key_padding_mask);
+      return;
+    }
+    memory_ = memory;
     memory_key_padding_mask_ = src_key_padding_mask;
     history_ = TokenHistory(src.shape()[0]);
     sources_.resize(src.shape()[0]);
     for (std::size_t i = 0; i < sources_.size(); ++i) sources_[i] = i;
-    if (use_cache_) cache_ = model.start(memory_, src_key_padding_mask);
   }
   Tensor step(const Tensor& tokens) override {
     const char* op = "DecodingSession::step";
@@ -127,18 +131,10 @@ class Seq2SeqSession final : public DecodingSession {
       cache_.select_rows(rows);
       return;
     }
-    std::vector<std::size_t> sources(rows.size());
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      if (rows[i] >= sources_.size())
-        throw_error<IndexError>(op, "row ", rows[i], " (entry ", i, " of 'rows') is out of range for ",
-                                sources_.size(), " rows");
-      sources[i] = sources_[rows[i]];
-    }
-    if (sources != sources_) {  // as TransformerDecoderCache: memory rows copied only when needed
+    if (detail::reselect_sources(op, sources_, rows)) {  // memory rows copied only when a source changed
       memory_ = xgrad::select_rows(op, memory_, rows);
       if (memory_key_padding_mask_.defined())
         memory_key_padding_mask_ = xgrad::select_rows(op, memory_key_padding_mask_, rows);
-      sources_ = std::move(sources);
     }
     history_.select_rows(op, rows);
   }
@@ -150,10 +146,10 @@ class Seq2SeqSession final : public DecodingSession {
  private:
   Seq2SeqTransformer& model_;
   bool use_cache_;
-  Tensor memory_, memory_key_padding_mask_;
-  std::vector<std::size_t> sources_;  // row i decodes source row sources_[i]
-  TransformerDecoderCache cache_;
-  TokenHistory history_;
+  TransformerDecoderCache cache_;  // cached mode
+  Tensor memory_, memory_key_padding_mask_;  // uncached mode: the encoder output and its mask,
+  std::vector<std::size_t> sources_;         // row i decodes source row sources_[i],
+  TokenHistory history_;                     // and the rows' tokens so far
 };
 
 // out[j] = x[j] - log(sum_k exp(x[k])) in float64 (the max subtracted first).
@@ -204,11 +200,10 @@ std::vector<std::vector<std::int64_t>> greedy_decode(DecodingSession& session, c
   std::vector<bool> done(N, false);
   std::vector<std::int64_t> cur(N, o.bos);
   for (std::size_t k = 0; k < m; ++k) {
-    std::size_t V = 0;
-    const std::vector<double> lp = step_log_probs(session, cur, V);
+    const Tensor logits = session.step(index_tensor(cur, {N, 1}));  // (N, 1, V)
+    const Tensor chosen = greedy_next_token(reshape(logits, {N, logits.shape()[2]}));
     for (std::size_t i = 0; i < N; ++i) {
-      const double* row = lp.data() + i * V;
-      const auto best = std::int64_t(std::max_element(row, row + V) - row);  // the first maximum
+      const std::int64_t best = chosen.data<std::int64_t>()[i];  // argmax of the logits = of the log-probabilities
       if (!done[i] && best == o.eos) done[i] = true;
       else if (!done[i]) out[i].push_back(best);
       cur[i] = done[i] ? o.eos : best;

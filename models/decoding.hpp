@@ -81,8 +81,9 @@ struct GreedyOptions {
   std::int64_t bos = 1, eos = 2;
   std::size_t max_length = 0;
 };
-// Per row: argmax at every step (the first maximum on a tie). Rows that ended keep being fed
-// `eos` until every row has ended (the batch is decoded together).
+// Per row: greedy_next_token of the logits at every step (the argmax of the log-probabilities;
+// the first maximum on a tie). Rows that ended keep being fed `eos` until every row has ended
+// (the batch is decoded together).
 std::vector<std::vector<std::int64_t>> greedy_decode(DecodingSession& session, const GreedyOptions& options);
 
 // Beam search with beam_width >= 1 hypotheses per row (ValueError for 0). Each step extends

@@ -1,6 +1,7 @@
 // Basic layers.
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "xgrad/models/layers.hpp"
 #include "xgrad/ops/ops.hpp"
@@ -116,10 +117,13 @@ Tensor FeedForward::forward(const Tensor& x) const {
   return drop.forward(fc2.forward(gelu(h, gelu_approximate_tanh ? GeluApproximation::Tanh : GeluApproximation::None)));
 }
 
-static void check_positions(const char* op, const Tensor& x, const Shape& table) {
+// x (B, T, dim) float with offset + T <= max_len, for a table (max_len, dim).
+static void check_positions(const char* op, const Tensor& x, const Shape& table, std::size_t offset) {
   check_float(op, "x", x);
-  if (x.dim() != 3 || x.shape()[2] != table[1] || x.shape()[1] > table[0])
-    throw_error<ShapeError>(op, "argument 'x' ", x.shape(), " must be (B, T, ", table[1], ") with T <= ", table[0]);
+  if (x.dim() != 3 || x.shape()[2] != table[1] || x.shape()[1] > table[0] || offset > table[0] - x.shape()[1])
+    throw_error<ShapeError>(op, "argument 'x' ", x.shape(), " must be (B, T, ", table[1], ") with ",
+                            offset ? "offset + T <= " : "T <= ", table[0], offset ? " (offset " : "",
+                            offset ? std::to_string(offset) + ")" : "");
 }
 
 LearnedPositionalEncoding::LearnedPositionalEncoding(Count max_len_, Count dim_, Rng& rng) {
@@ -129,9 +133,9 @@ LearnedPositionalEncoding::LearnedPositionalEncoding(Count max_len_, Count dim_,
   weight = randn({max_len, dim}, rng);
   register_parameter("weight", &weight);
 }
-Tensor LearnedPositionalEncoding::forward(const Tensor& x) const {
-  check_positions("LearnedPositionalEncoding", x, weight.shape());
-  return add(x, narrow(weight, 0, 0, x.shape()[1]));
+Tensor LearnedPositionalEncoding::forward(const Tensor& x, std::size_t offset) const {
+  check_positions("LearnedPositionalEncoding", x, weight.shape(), offset);
+  return add(x, narrow(weight, 0, offset, x.shape()[1]));
 }
 
 SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(Count max_len_, Count dim_) {
@@ -146,9 +150,9 @@ SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(Count max_len_, Count
     }
   table_ = tensor(pe, {max_len, dim}, DType::Float64);
 }
-Tensor SinusoidalPositionalEncoding::forward(const Tensor& x) const {
-  check_positions("SinusoidalPositionalEncoding", x, table_.shape());
-  return add(x, narrow(table_, 0, 0, x.shape()[1]).to(x.dtype()));
+Tensor SinusoidalPositionalEncoding::forward(const Tensor& x, std::size_t offset) const {
+  check_positions("SinusoidalPositionalEncoding", x, table_.shape(), offset);
+  return add(x, narrow(table_, 0, offset, x.shape()[1]).to(x.dtype()));
 }
 
 }  // namespace xgrad

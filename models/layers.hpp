@@ -183,7 +183,9 @@ class FeedForward : public UnaryModule {
 class LearnedPositionalEncoding : public UnaryModule {
  public:
   LearnedPositionalEncoding(Count max_len, Count dim, Rng& rng);  // both >= 1
-  Tensor forward(const Tensor& x) const override;
+  Tensor forward(const Tensor& x) const override { return forward(x, 0); }
+  // Positions [offset, offset + T) (incremental decoding); ShapeError when offset + T > max_len.
+  Tensor forward(const Tensor& x, std::size_t offset) const;
   Tensor weight;
 };
 
@@ -192,7 +194,9 @@ class LearnedPositionalEncoding : public UnaryModule {
 class SinusoidalPositionalEncoding : public UnaryModule {
  public:
   SinusoidalPositionalEncoding(Count max_len, Count dim);  // both >= 1
-  Tensor forward(const Tensor& x) const override;
+  Tensor forward(const Tensor& x) const override { return forward(x, 0); }
+  // Positions [offset, offset + T) (incremental decoding); ShapeError when offset + T > max_len.
+  Tensor forward(const Tensor& x, std::size_t offset) const;
   Tensor table() const { return table_; }
  private:
   Tensor table_;  // (max_len, dim), float64; converted to x's dtype on use

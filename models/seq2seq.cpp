@@ -27,6 +27,13 @@ LayerNormOptions norm_options(const TransformerLayerOptions& o) {
   return LayerNormOptions(o.d_model()).eps(o.layer_norm_eps());
 }
 
+// A sublayer f with its residual connection: x + f(norm(x)) with norm_first (pre-LN), else
+// norm(x + f(x)) (post-LN, torch's default).
+template <class Sublayer>
+Tensor residual(bool norm_first, const LayerNorm& norm, const Tensor& x, Sublayer&& f) {
+  return norm_first ? add(x, f(norm.forward(x))) : norm.forward(add(x, f(x)));
+}
+
 void check_tokens(const char* arg, const Tensor& tokens) {
   if (!tokens.defined() || tokens.dtype() != DType::Int64)
     throw_error<DTypeError>(kSeq2Seq, "argument '", arg, "' must be (B, L) int64, got ",
@@ -122,12 +129,8 @@ Tensor TransformerEncoderLayer::forward(const Tensor& src, const AttentionOption
   auto ff = [&](const Tensor& x) {
     return dropout2.forward(feed_forward(linear1, dropout, linear2, options.activation(), x));
   };
-  if (options.norm_first()) {
-    const Tensor x = add(src, sa(norm1.forward(src)));
-    return add(x, ff(norm2.forward(x)));
-  }
-  const Tensor x = norm1.forward(add(src, sa(src)));
-  return norm2.forward(add(x, ff(x)));
+  const Tensor x = residual(options.norm_first(), norm1, src, sa);
+  return residual(options.norm_first(), norm2, x, ff);
 }
 
 TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& o, Rng& rng)
@@ -172,14 +175,9 @@ Tensor TransformerDecoderLayer::run(const Tensor& tgt, SelfAttention&& sa, Cross
   auto ff = [&](const Tensor& x) {
     return dropout3.forward(feed_forward(linear1, dropout, linear2, options.activation(), x));
   };
-  if (options.norm_first()) {
-    Tensor x = add(tgt, self_block(norm1.forward(tgt)));
-    x = add(x, cross_block(norm2.forward(x)));
-    return add(x, ff(norm3.forward(x)));
-  }
-  Tensor x = norm1.forward(add(tgt, self_block(tgt)));
-  x = norm2.forward(add(x, cross_block(x)));
-  return norm3.forward(add(x, ff(x)));
+  Tensor x = residual(options.norm_first(), norm1, tgt, self_block);
+  x = residual(options.norm_first(), norm2, x, cross_block);
+  return residual(options.norm_first(), norm3, x, ff);
 }
 
 Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory, const AttentionOptions& sa_options,
@@ -252,8 +250,7 @@ std::vector<Tensor> TransformerDecoderStack::cross_attention_weights() const {
   return w;
 }
 
-void TransformerDecoderCache::select_rows(const std::vector<std::size_t>& rows) {
-  const char* op = "TransformerDecoderCache::select_rows";
+bool detail::reselect_sources(const char* op, std::vector<std::size_t>& sources, const std::vector<std::size_t>& rows) {
   std::vector<std::size_t> new_sources(rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) {
     if (rows[i] >= sources.size())
@@ -261,14 +258,20 @@ void TransformerDecoderCache::select_rows(const std::vector<std::size_t>& rows) 
                               " rows");
     new_sources[i] = sources[rows[i]];
   }
-  if (new_sources != sources) {  // some row attends to another source now
+  if (new_sources == sources) return false;
+  sources = std::move(new_sources);
+  return true;
+}
+
+void TransformerDecoderCache::select_rows(const std::vector<std::size_t>& rows) {
+  const char* op = "TransformerDecoderCache::select_rows";
+  if (detail::reselect_sources(op, sources, rows)) {  // some row attends to another source now
     for (auto& m : memory) {
       m.k = xgrad::select_rows(op, m.k, rows);
       m.v = xgrad::select_rows(op, m.v, rows);
     }
     if (memory_key_padding_mask.defined())
       memory_key_padding_mask = xgrad::select_rows(op, memory_key_padding_mask, rows);
-    sources = std::move(new_sources);
   }
   for (auto& c : self_attn) c.select_rows(rows);
 }
@@ -406,7 +409,7 @@ Tensor Seq2SeqTransformer::embed(const Embedding& emb, const LearnedPositionalEn
                             arg, "_len ", max_len);
   Tensor x = emb.forward(tokens);
   if (options.scale_embeddings()) x = mul_scalar(x, std::sqrt(double(emb.weight.shape()[1])));
-  x = learned ? add(x, narrow(learned->weight, 0, offset, L)) : add(x, narrow(sin_pos->table(), 0, offset, L).to(x.dtype()));
+  x = learned ? learned->forward(x, offset) : sin_pos->forward(x, offset);
   return emb_drop.forward(x);
 }
 

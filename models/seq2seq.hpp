@@ -157,6 +157,14 @@ class TransformerEncoderStack : public Module {
 // memory's key padding mask. select_rows reorders all of them (beam search); the memory rows
 // are copied only when some row's source changes (a beam-search reorder stays within the
 // beams of one source, whose memory rows are equal, so it copies only the self-attention caches).
+namespace detail {
+// The beam-search row reorder of a batch whose row i decodes source row sources[i]: the new row
+// i is old row rows[i], so sources becomes sources[rows[i]]. IndexError (naming `op`) for a row
+// >= sources.size(), nothing changed; returns true when some row's source changed (the caller
+// then copies its memory rows), false when sources stays as it was.
+bool reselect_sources(const char* op, std::vector<std::size_t>& sources, const std::vector<std::size_t>& rows);
+}  // namespace detail
+
 class TransformerDecoderCache {
  public:
   std::size_t length() const { return self_attn.front().length(); }  // target positions so far

@@ -110,13 +110,11 @@ Tensor TransformerBody::forward(const Tensor& tokens, const AttentionOptions& op
 Tensor TransformerBody::embed(const Tensor& tokens, std::size_t offset) const {
   check_tokens("Transformer", tokens);
   Tensor x = tok_emb.forward(tokens);
-  if (offset == 0) return pos_learned ? pos_learned->forward(x) : pos_sin->forward(x);
   const std::size_t T = tokens.shape()[1];
-  if (T > config.max_len || offset > config.max_len - T)
+  if (offset != 0 && (T > config.max_len || offset > config.max_len - T))
     throw_error<ValueError>("Transformer", "positions [", offset, ", ", offset + T, ") of tokens ", tokens.shape(),
                             " exceed config.max_len ", config.max_len);
-  return pos_learned ? add(x, narrow(pos_learned->weight, 0, offset, T))
-                     : add(x, narrow(pos_sin->table(), 0, offset, T).to(x.dtype()));
+  return pos_learned ? pos_learned->forward(x, offset) : pos_sin->forward(x, offset);
 }
 
 std::vector<Tensor> TransformerBody::attention_weights() const {

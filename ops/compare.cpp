@@ -34,10 +34,6 @@ template <class F> void with_cmp(Cmp c, F&& f) {
   }
 }
 
-void check_defined(const char* op, const char* arg, const Tensor& t) {
-  if (!t.defined()) throw_error<ValueError>(op, "argument '", arg, "' is undefined");
-}
-
 Tensor compare_tensors(const char* op, Cmp c, const Tensor& a, const Tensor& b) {
   check_defined(op, "a", a);
   check_defined(op, "b", b);

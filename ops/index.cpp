@@ -29,10 +29,6 @@ std::string position_str(const Shape& shape, std::size_t flat) {
   return shape_str(pos);
 }
 
-void check_defined(const char* op, const char* arg, const Tensor& t) {
-  if (!t.defined()) throw_error<ValueError>(op, "argument '", arg, "' is undefined");
-}
-
 void check_int64(const char* op, const char* arg, const Tensor& idx) {
   check_defined(op, arg, idx);
   if (idx.dtype() != DType::Int64)

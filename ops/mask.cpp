@@ -12,7 +12,7 @@ namespace xgrad {
 namespace {
 
 void check_bool(const char* op, const char* arg, const Tensor& t) {
-  if (!t.defined()) throw_error<ValueError>(op, "argument '", arg, "' is undefined");
+  check_defined(op, arg, t);
   if (t.dtype() != DType::Bool)
     throw_error<DTypeError>(op, "argument '", arg, "' must be a bool mask, got ", dtype_name(t.dtype()), " of shape ",
                             t.shape());

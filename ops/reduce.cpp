@@ -324,7 +324,7 @@ Tensor logsumexp(const Tensor& x, const std::vector<long>& axes, bool keepdim) {
 }
 
 Tensor cumsum(const Tensor& x, long axis) {
-  if (!x.defined()) throw_error<ValueError>("cumsum", "argument 'x' is undefined");
+  check_defined("cumsum", "x", x);
   if (x.dtype() == DType::Bool)
     throw_error<DTypeError>("cumsum", "argument 'x' must be float32, float64 or int64, got bool of shape ", x.shape());
   if (x.dim() == 0) {

@@ -10,9 +10,6 @@ namespace xgrad {
 namespace {
 // Shape ops move values of any dtype (Int64 indices and Bool masks too); only float inputs
 // can require grad, so only they are ever recorded.
-void check_defined(const char* op, const char* arg, const Tensor& t) {
-  if (!t.defined()) throw_error<ValueError>(op, "argument '", arg, "' is undefined");
-}
 // f(T{}) with T the element type of x's dtype (float, double, bool or int64_t).
 template <class F> decltype(auto) visit_dtype(const Tensor& x, F&& f) {
   return std::visit([&](const auto& a) { return f(typename std::decay_t<decltype(a)>::value_type{}); },
@@ -22,7 +19,7 @@ template <class F> decltype(auto) visit_dtype(const Tensor& x, F&& f) {
 
 // y = x viewed as `shape` (a copy);  dx = reshape(g, X). Masks and indices reshape too.
 Tensor reshape(const Tensor& x, const Shape& shape) {
-  if (!x.defined()) throw_error<ValueError>("reshape", "argument 'x' is undefined");
+  check_defined("reshape", "x", x);
   if (check_tensor_size("reshape", shape, x.dtype()) != x.numel())
     throw_error<ShapeError>("reshape", "cannot reshape argument 'x' ", x.shape(), " (", x.numel(), " elements) to ", shape);
   if (shape == x.shape()) return x;
@@ -223,11 +220,9 @@ Tensor unnarrow(const Tensor& x, long axis, std::size_t start, std::size_t size)
 Tensor concat(const std::vector<Tensor>& xs, long axis) {
   if (xs.empty()) throw_error<ValueError>("concat", "argument 'xs' is an empty list");
   for (std::size_t k = 0; k < xs.size(); ++k) {
-    check_defined("concat", ("xs[" + std::to_string(k) + "]").c_str(), xs[k]);
-    if (xs[k].dtype() != xs[0].dtype())
-      throw_error<DTypeError>("concat", "mixed dtypes: 'xs[0]' is ", dtype_name(xs[0].dtype()), ' ', xs[0].shape(),
-                              ", 'xs[", k, "]' is ", dtype_name(xs[k].dtype()), ' ', xs[k].shape(),
-                              " (convert with .to())");
+    const std::string arg = "xs[" + std::to_string(k) + "]";
+    check_defined("concat", arg.c_str(), xs[k]);
+    check_same_dtype("concat", "xs[0]", xs[0], arg.c_str(), xs[k]);
   }
   const std::size_t ax = normalize_axis("concat", axis, xs[0].shape());
   Shape ys = xs[0].shape();

@@ -62,6 +62,16 @@ inline boost::test_tools::predicate_result allclose(const Tensor& a, const Tenso
   return allclose(a, b.to_vector(), rtol, atol);
 }
 
+// Float tolerance of a result against another computation of it (a cached decoding step against
+// the uncached forward): float sums of the same terms in another order (GEMMs of other shapes),
+// so the error is a few ulps of b's largest entry: 1e-5 (float32) or 1e-12 relative and absolute.
+inline boost::test_tools::predicate_result close_to(const Tensor& a, const Tensor& b) {
+  double scale = 0;
+  for (double v : b.to_vector()) scale = std::max(scale, std::abs(v));
+  const double eps = b.dtype() == DType::Float32 ? 1e-5 : 1e-12;
+  return allclose(a, b, eps, eps * scale);
+}
+
 inline Tensor f64(const std::vector<double>& v, const Shape& s) { return tensor(v, s, DType::Float64); }
 inline Tensor f32(const std::vector<double>& v, const Shape& s) { return tensor(v, s, DType::Float32); }
 

@@ -32,16 +32,6 @@ Tensor random_tokens(std::size_t B, std::size_t T, std::size_t V, std::uint64_t 
   return index_tensor(v, {B, T});
 }
 
-// Float tolerance of a cached result against the uncached one: both are float sums of the
-// same terms in another order (GEMMs of other shapes), so the error is a few ulps of the
-// largest entry.
-boost::test_tools::predicate_result close_to(const Tensor& a, const Tensor& b) {
-  double scale = 0;
-  for (double v : b.to_vector()) scale = std::max(scale, std::abs(v));
-  const double eps = b.dtype() == DType::Float32 ? 1e-5 : 1e-12;
-  return allclose(a, b, eps, eps * scale);
-}
-
 // The logits of tokens (B, T) fed to forward_step in pieces of the given sizes, concatenated.
 Tensor stepwise_logits(TransformerDecoder& model, const Tensor& tokens, const std::vector<std::size_t>& pieces) {
   DecoderKVCache cache = model.make_cache();

@@ -52,7 +52,8 @@ static bool is_png(const std::string& path) {
 }
 
 
-// Every number in j finite (null allowed only under a key named in `nullable`).
+// Every number in j finite; null allowed only where the path `where` contains "b_simple"
+// (gradexp's noise_scale.b_simple, written as null when not finite).
 static bool all_finite(const nlohmann::json& j, const std::string& where, std::string& why) {
   if (j.is_number()) return std::isfinite(j.get<double>()) || (why = where + " is not finite", false);
   if (j.is_null()) return where.find("b_simple") != std::string::npos || (why = where + " is null", false);
