@@ -4,6 +4,7 @@
 // (.cpp), not in headers users include everywhere.
 #pragma once
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -36,7 +37,37 @@ namespace detail {
 // freed, so AddressSanitizer still sees each use after free.
 void* aligned_allocate(std::size_t bytes);
 void aligned_deallocate(void* p, std::size_t bytes) noexcept;
+// A block of `bytes` (malloc's 16-byte alignment) for the small heap blocks every tensor is
+// made of: a TensorImpl's and a Storage's shared_ptr blocks (SmallBlockAllocator, make_tensor)
+// and data buffers under 512 bytes (AlignedAllocator). Blocks up to kSmallBlockMax bytes are
+// malloc'd in 32-byte size classes, and each thread keeps up to 64 freed blocks of each class
+// for its next allocations (a block freed on another thread joins that thread's cache), like
+// aligned_allocate's cache and off in sanitizer builds too. Larger blocks: plain malloc.
+// MemoryError when malloc fails. small_deallocate takes the `bytes` given to small_allocate.
+constexpr std::size_t kSmallBlockMax = 512;
+void* small_allocate(std::size_t bytes);
+void small_deallocate(void* p, std::size_t bytes) noexcept;
+// For tests: whether the caches above are on (not in sanitizer builds), and how many freed
+// blocks of the size class of `bytes` the calling thread holds.
+bool block_cache_enabled() noexcept;
+std::size_t cached_blocks(std::size_t bytes) noexcept;
 }  // namespace detail
+
+// The allocator of the small fixed-size blocks behind a tensor (detail::small_allocate).
+template <class T> struct SmallBlockAllocator {
+  static_assert(alignof(T) <= alignof(std::max_align_t), "small blocks are malloc-aligned");
+  using value_type = T;
+  SmallBlockAllocator() noexcept = default;
+  template <class U> SmallBlockAllocator(const SmallBlockAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) {
+    if (n > std::size_t(-1) / sizeof(T)) detail::allocation_failed(n, sizeof(T), true);
+    return static_cast<T*>(detail::small_allocate(n * sizeof(T)));
+  }
+  void deallocate(T* p, std::size_t n) noexcept { detail::small_deallocate(p, n * sizeof(T)); }
+  template <class U> bool operator==(const SmallBlockAllocator<U>&) const noexcept { return true; }
+  template <class U> bool operator!=(const SmallBlockAllocator<U>&) const noexcept { return false; }
+};
+
 template <class T> struct AlignedAllocator {
   using value_type = T;
   static constexpr std::size_t kAlignment = 64, kAlignFrom = 512;  // bytes
@@ -45,15 +76,12 @@ template <class T> struct AlignedAllocator {
   T* allocate(std::size_t n) {
     if (n > (std::size_t(-1) - kAlignment) / sizeof(T)) detail::allocation_failed(n, sizeof(T), true);
     const std::size_t bytes = n * sizeof(T);
-    if (bytes < kAlignFrom) {
-      if (void* p = std::malloc(bytes ? bytes : 1)) return static_cast<T*>(p);
-      detail::allocation_failed(n, sizeof(T), false);
-    }
+    if (bytes < kAlignFrom) return static_cast<T*>(detail::small_allocate(bytes));
     if (bytes > max_tensor_bytes()) detail::allocation_failed(n, sizeof(T), true);
     return static_cast<T*>(detail::aligned_allocate(bytes));
   }
   void deallocate(T* p, std::size_t n) noexcept {
-    if (n * sizeof(T) < kAlignFrom) std::free(p);
+    if (n * sizeof(T) < kAlignFrom) detail::small_deallocate(p, n * sizeof(T));
     else detail::aligned_deallocate(p, n * sizeof(T));
   }
   template <class U> bool operator==(const AlignedAllocator<U>&) const noexcept { return true; }
@@ -94,6 +122,16 @@ struct TensorImpl {
   Tensor grad;
 };
 
+// A TensorImpl and a Storage each in one small block of their own (detail::small_allocate's
+// per-thread cache). Separate blocks: a node's saved output keeps only the Storage alive, not
+// the TensorImpl that holds the node (a reference cycle).
+inline std::shared_ptr<TensorImpl> new_tensor_impl() {
+  return std::allocate_shared<TensorImpl>(SmallBlockAllocator<TensorImpl>());
+}
+template <class... Args> std::shared_ptr<Storage> new_storage(Args&&... args) {
+  return std::allocate_shared<Storage>(SmallBlockAllocator<Storage>(), std::forward<Args>(args)...);
+}
+
 template <class T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::Float32; }
 template <> constexpr DType dtype_of<double>() { return DType::Float64; }
@@ -115,7 +153,7 @@ template <class T> xt::xarray<T>& mutable_value(const Tensor& t) {
 // Shape the caller no longer needs: the tensor takes it over instead of allocating a copy
 // (std::logic_error if it differs from a's).
 template <class T> Tensor make_tensor(xt::xarray<T>&& a, Shape&& shape = {}) {
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = new_tensor_impl();
   if (shape.empty()) {
     impl->shape.assign(a.shape().begin(), a.shape().end());
   } else {
@@ -124,7 +162,7 @@ template <class T> Tensor make_tensor(xt::xarray<T>&& a, Shape&& shape = {}) {
     impl->shape = std::move(shape);
   }
   impl->dtype = dtype_of<T>();
-  impl->value = std::make_shared<Storage>(std::move(a));
+  impl->value = new_storage(std::move(a));
   return Tensor(std::move(impl));
 }
 // A new, uninitialised tensor of the given shape, checked first by check_tensor_size(op, ...)

@@ -108,7 +108,7 @@ Node::~Node() {
 bool Node::needs_grad(std::size_t i) const { return i < inputs_.size() && inputs_[i].requires_grad(); }
 
 Tensor Node::output() const {
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = new_tensor_impl();
   impl->value = output_->value;
   impl->shape = output_->shape;
   impl->dtype = output_->dtype;

@@ -52,17 +52,23 @@ std::size_t itemsize(DType d) {
 // makes the count 0, but the other dimensions still set the strides (the stride of a dim is
 // the product of the dims after it), so their product is held to the same 2^40: otherwise a
 // shape like (0, 2^63, 1) gives strides that do not fit a ptrdiff_t.
+[[noreturn, gnu::cold, gnu::noinline]] static void numel_too_large(const char* op, const Shape& shape) {
+  if (std::find(shape.begin(), shape.end(), std::size_t(0)) != shape.end())
+    throw_error<ValueError>(op, "shape ", shape, ": the product of its non-zero dimensions exceeds 2^40",
+                            " (an empty tensor's strides are held to the element limit too)");
+  throw_error<ValueError>(op, "shape ", shape, " has more than 2^40 elements");
+}
 static std::size_t checked_numel(const char* op, const Shape& shape) {
   constexpr std::size_t kMax = std::size_t(1) << 40;
-  const bool empty = std::find(shape.begin(), shape.end(), std::size_t(0)) != shape.end();
   std::size_t n = 1;  // product of the non-zero dimensions
-  for (auto d : shape)
-    if (d != 0 && (__builtin_mul_overflow(n, d, &n) || n > kMax)) {
-      if (empty)
-        throw_error<ValueError>(op, "shape ", shape, ": the product of its non-zero dimensions exceeds 2^40",
-                                " (an empty tensor's strides are held to the element limit too)");
-      throw_error<ValueError>(op, "shape ", shape, " has more than 2^40 elements");
+  bool empty = false;
+  for (auto d : shape) {
+    if (d == 0) {
+      empty = true;
+    } else if (__builtin_mul_overflow(n, d, &n) || n > kMax) {
+      numel_too_large(op, shape);
     }
+  }
   return empty ? 0 : n;
 }
 
@@ -104,6 +110,9 @@ constexpr std::size_t kAlign = AlignedAllocator<char>::kAlignment;
 constexpr std::size_t kSmallestClass = AlignedAllocator<char>::kAlignFrom;  // 512 B
 constexpr std::size_t kClasses = 8;                                          // 512 B .. 64 KiB
 constexpr std::size_t kBlocksPerClass = 16;
+constexpr std::size_t kSmallStep = 32, kSmallMax = detail::kSmallBlockMax;  // small classes 32 B .. 512 B
+constexpr std::size_t kSmallClasses = kSmallMax / kSmallStep;
+constexpr std::size_t kSmallBlocksPerClass = 64;
 
 // Size class of a block of `bytes` (>= 512): the k with 512 * 2^(k-1) < bytes <= 512 * 2^k,
 // kClasses when larger than the largest class.
@@ -113,6 +122,8 @@ std::size_t size_class(std::size_t bytes) {
   for (std::size_t c = kSmallestClass; c < bytes; c <<= 1) ++k;
   return k;
 }
+// Small size class of `bytes` <= 512: the k with 32 k < bytes <= 32 (k + 1) (0 bytes: class 0).
+std::size_t small_class(std::size_t bytes) { return bytes ? (bytes - 1) / kSmallStep : 0; }
 
 void* raw_aligned(std::size_t bytes) {
   void* raw = std::malloc(bytes + kAlign);
@@ -122,42 +133,94 @@ void* raw_aligned(std::size_t bytes) {
   return reinterpret_cast<void*>(at);
 }
 void raw_free(void* p) { std::free(reinterpret_cast<void**>(p)[-1]); }
+void* raw_small(std::size_t bytes) {
+  if (void* p = std::malloc(bytes)) return p;
+  detail::allocation_failed(bytes, 1, false);
+}
 
-// Freed blocks of each size class, per thread (a block freed on another thread than the one
-// that made it joins the freeing thread's cache). Emptied when the thread ends; a block freed
-// after that (static destructors) goes back to malloc.
-struct BlockCache {
-  void* blocks[kClasses][kBlocksPerClass];
-  std::size_t count[kClasses] = {};
-  bool alive = true;
-  ~BlockCache() {
-    alive = false;
-    for (std::size_t k = 0; k < kClasses; ++k)
-      for (std::size_t i = 0; i < count[k]; ++i) raw_free(blocks[k][i]);
+// A stack of up to Bound freed blocks of one size class.
+template <std::size_t Bound> struct FreeBlocks {
+  void* blocks[Bound];
+  std::size_t count = 0;
+  void* pop() { return count ? blocks[--count] : nullptr; }
+  bool push(void* p) {
+    if (count == Bound) return false;
+    blocks[count++] = p;
+    return true;
+  }
+  template <class Free> void release(Free free) {
+    while (count) free(blocks[--count]);
   }
 };
-thread_local BlockCache t_blocks;
+
+// Freed blocks of each size class, per thread (a block freed on another thread than the one
+// that made it joins the freeing thread's cache). Trivially constructed and destroyed, so that
+// reaching it is one TLS read (no guard): a thread's first cached block registers CacheOwner,
+// which empties the cache when the thread ends; a block freed after that (static destructors)
+// goes back to malloc.
+struct BlockCache {
+  FreeBlocks<kBlocksPerClass> aligned[kClasses];
+  FreeBlocks<kSmallBlocksPerClass> small[kSmallClasses];
+  enum State : unsigned char { kUnused, kOwned, kEnded } state;
+};
+thread_local BlockCache t_blocks{};
+
+struct CacheOwner {
+  ~CacheOwner() {
+    t_blocks.state = BlockCache::kEnded;
+    for (auto& c : t_blocks.aligned) c.release(raw_free);
+    for (auto& c : t_blocks.small) c.release([](void* p) { std::free(p); });
+  }
+};
+thread_local CacheOwner t_owner;
+
+// The calling thread's cache if it may take a block (nullptr once the thread has ended).
+BlockCache* cache_for_push() {
+  BlockCache& c = t_blocks;
+  if (c.state == BlockCache::kOwned) return &c;
+  if (c.state == BlockCache::kEnded) return nullptr;
+  (void)&t_owner;  // its first use registers its destructor for this thread
+  c.state = BlockCache::kOwned;
+  return &c;
+}
 
 }  // namespace
 
 void* detail::aligned_allocate(std::size_t bytes) {
   const std::size_t k = kCacheBlocks ? size_class(bytes) : kClasses;
   if (k == kClasses) return raw_aligned(bytes);
-  BlockCache& c = t_blocks;
-  if (c.count[k] > 0) return c.blocks[k][--c.count[k]];
+  if (void* p = t_blocks.aligned[k].pop()) return p;
   return raw_aligned(kSmallestClass << k);
 }
 
 void detail::aligned_deallocate(void* p, std::size_t bytes) noexcept {
   const std::size_t k = kCacheBlocks ? size_class(bytes) : kClasses;
-  if (k < kClasses) {
-    BlockCache& c = t_blocks;
-    if (c.alive && c.count[k] < kBlocksPerClass) {
-      c.blocks[k][c.count[k]++] = p;
-      return;
-    }
-  }
+  if (k < kClasses)
+    if (BlockCache* c = cache_for_push(); c && c->aligned[k].push(p)) return;
   raw_free(p);
+}
+
+void* detail::small_allocate(std::size_t bytes) {
+  if (!kCacheBlocks || bytes > kSmallMax) return raw_small(bytes ? bytes : 1);
+  const std::size_t k = small_class(bytes);
+  if (void* p = t_blocks.small[k].pop()) return p;
+  return raw_small((k + 1) * kSmallStep);
+}
+
+void detail::small_deallocate(void* p, std::size_t bytes) noexcept {
+  if (kCacheBlocks && bytes <= kSmallMax)
+    if (BlockCache* c = cache_for_push(); c && c->small[small_class(bytes)].push(p)) return;
+  std::free(p);
+}
+
+bool detail::block_cache_enabled() noexcept { return kCacheBlocks; }
+
+std::size_t detail::cached_blocks(std::size_t bytes) noexcept {
+  const BlockCache& c = t_blocks;
+  if (!kCacheBlocks) return 0;
+  if (bytes <= kSmallMax) return c.small[small_class(bytes)].count;
+  const std::size_t k = size_class(bytes);
+  return k < kClasses ? c.aligned[k].count : 0;
 }
 
 Tensor::Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
@@ -221,7 +284,7 @@ void Tensor::backward(const Tensor& grad_output, bool retain_graph, bool create_
 
 Tensor Tensor::detach() const {
   auto& impl = checked(impl_);
-  auto d = std::make_shared<TensorImpl>();
+  auto d = new_tensor_impl();
   d->value = impl.value;
   d->shape = impl.shape;
   d->dtype = impl.dtype;
@@ -230,8 +293,8 @@ Tensor Tensor::detach() const {
 
 Tensor Tensor::clone() const {
   auto& impl = checked(impl_);
-  auto d = std::make_shared<TensorImpl>();
-  d->value = std::make_shared<Storage>(static_cast<const ArrayVariant&>(*impl.value));
+  auto d = new_tensor_impl();
+  d->value = new_storage(static_cast<const ArrayVariant&>(*impl.value));
   d->shape = impl.shape;
   d->dtype = impl.dtype;
   return Tensor(std::move(d));
