@@ -10,7 +10,9 @@
 #include <memory>
 #include <new>
 #include <stdexcept>
+#include <type_traits>
 #include <variant>
+#include <vector>
 
 // Tensor storage is aligned to 64 bytes (a cache line, one AVX-512 vector) from 512 bytes up,
 // so BLAS kernels and vector loops run at the same speed whatever address malloc returns
@@ -23,6 +25,7 @@
 #include "xgrad/framework/runtime.hpp"
 
 namespace xgrad {
+struct TensorImpl;
 namespace detail {
 // The backstop behind the per-op size checks: a buffer over max_tensor_bytes(), or a failed
 // malloc, is a MemoryError (never std::bad_alloc) from every xgrad allocation.
@@ -47,10 +50,18 @@ void aligned_deallocate(void* p, std::size_t bytes) noexcept;
 constexpr std::size_t kSmallBlockMax = 512;
 void* small_allocate(std::size_t bytes);
 void small_deallocate(void* p, std::size_t bytes) noexcept;
+// The calling thread's spare shape buffers (kept like the blocks above): a freed TensorImpl's
+// shape vector, up to rank 8, is kept empty with its capacity (recycle_shape, called by
+// SmallBlockAllocator<TensorImpl>::destroy), and a new TensorImpl's empty shape takes one
+// (take_spare_shape), so that copying its dims in allocates nothing. Both noexcept no-ops
+// when there is nothing to give or no room.
+void take_spare_shape(std::vector<std::size_t>& shape) noexcept;  // Shape
+void recycle_shape(std::vector<std::size_t>& shape) noexcept;
 // For tests: whether the caches above are on (not in sanitizer builds), and how many freed
 // blocks of the size class of `bytes` the calling thread holds.
 bool block_cache_enabled() noexcept;
 std::size_t cached_blocks(std::size_t bytes) noexcept;
+std::size_t spare_shapes() noexcept;
 }  // namespace detail
 
 // The allocator of the small fixed-size blocks behind a tensor (detail::small_allocate).
@@ -64,6 +75,12 @@ template <class T> struct SmallBlockAllocator {
     return static_cast<T*>(detail::small_allocate(n * sizeof(T)));
   }
   void deallocate(T* p, std::size_t n) noexcept { detail::small_deallocate(p, n * sizeof(T)); }
+  // A TensorImpl's shape buffer goes to the spare shapes before the TensorImpl is destroyed
+  // (allocate_shared destroys its object through the allocator).
+  template <class U> void destroy(U* p) noexcept {
+    if constexpr (std::is_same_v<U, TensorImpl>) detail::recycle_shape(p->shape);
+    p->~U();
+  }
   template <class U> bool operator==(const SmallBlockAllocator<U>&) const noexcept { return true; }
   template <class U> bool operator!=(const SmallBlockAllocator<U>&) const noexcept { return false; }
 };
@@ -155,6 +172,7 @@ template <class T> xt::xarray<T>& mutable_value(const Tensor& t) {
 template <class T> Tensor make_tensor(xt::xarray<T>&& a, Shape&& shape = {}) {
   auto impl = new_tensor_impl();
   if (shape.empty()) {
+    detail::take_spare_shape(impl->shape);
     impl->shape.assign(a.shape().begin(), a.shape().end());
   } else {
     if (!std::equal(shape.begin(), shape.end(), a.shape().begin(), a.shape().end()))
@@ -162,7 +180,13 @@ template <class T> Tensor make_tensor(xt::xarray<T>&& a, Shape&& shape = {}) {
     impl->shape = std::move(shape);
   }
   impl->dtype = dtype_of<T>();
-  impl->value = new_storage(std::move(a));
+  // The Storage's container is made empty (no allocation), then a is move-assigned into it:
+  // xt::svector's assignment copies the dims, where its move constructor swaps them (resize,
+  // fill, copy: a quarter of an op's fixed cost before this).
+  using Array = xt::xarray<T>;
+  impl->value = new_storage(std::in_place_type<Array>, typename Array::storage_type(),
+                            typename Array::inner_shape_type(), typename Array::inner_strides_type());
+  std::get<Array>(*impl->value) = std::move(a);
   return Tensor(std::move(impl));
 }
 // A new, uninitialised tensor of the given shape, checked first by check_tensor_size(op, ...)
