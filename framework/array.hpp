@@ -53,9 +53,9 @@ void small_deallocate(void* p, std::size_t bytes) noexcept;
 // The calling thread's spare shape buffers (kept like the blocks above): a freed TensorImpl's
 // shape vector, up to rank 8, is kept empty with its capacity (recycle_shape, called by
 // SmallBlockAllocator<TensorImpl>::destroy), and a new TensorImpl's empty shape takes one
-// (take_spare_shape), so that copying its dims in allocates nothing. Both noexcept no-ops
-// when there is nothing to give or no room.
-void take_spare_shape(std::vector<std::size_t>& shape) noexcept;  // Shape
+// (take_spare_shape, when the latest spare holds `rank` dims), so that copying its dims in
+// allocates nothing. Both noexcept no-ops when there is nothing to give or no room.
+void take_spare_shape(std::vector<std::size_t>& shape, std::size_t rank) noexcept;  // Shape
 void recycle_shape(std::vector<std::size_t>& shape) noexcept;
 // For tests: whether the caches above are on (not in sanitizer builds), and how many freed
 // blocks of the size class of `bytes` the calling thread holds.
@@ -172,7 +172,7 @@ template <class T> xt::xarray<T>& mutable_value(const Tensor& t) {
 template <class T> Tensor make_tensor(xt::xarray<T>&& a, Shape&& shape = {}) {
   auto impl = new_tensor_impl();
   if (shape.empty()) {
-    detail::take_spare_shape(impl->shape);
+    detail::take_spare_shape(impl->shape, a.dimension());
     impl->shape.assign(a.shape().begin(), a.shape().end());
   } else {
     if (!std::equal(shape.begin(), shape.end(), a.shape().begin(), a.shape().end()))

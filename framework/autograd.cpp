@@ -110,6 +110,7 @@ bool Node::needs_grad(std::size_t i) const { return i < inputs_.size() && inputs
 Tensor Node::output() const {
   auto impl = new_tensor_impl();
   impl->value = output_->value;
+  detail::take_spare_shape(impl->shape, output_->shape.size());
   impl->shape = output_->shape;
   impl->dtype = output_->dtype;
   impl->requires_grad = true;

@@ -218,9 +218,10 @@ void detail::small_deallocate(void* p, std::size_t bytes) noexcept {
   std::free(p);
 }
 
-void detail::take_spare_shape(Shape& shape) noexcept {
+void detail::take_spare_shape(Shape& shape, std::size_t rank) noexcept {
   BlockCache* c = t_cache;
-  if (c && c->spare_shapes) shape.swap(c->shapes[--c->spare_shapes]);
+  if (c && c->spare_shapes && c->shapes[c->spare_shapes - 1].capacity() >= rank)
+    shape.swap(c->shapes[--c->spare_shapes]);
 }
 
 void detail::recycle_shape(Shape& shape) noexcept {
@@ -309,6 +310,7 @@ Tensor Tensor::detach() const {
   auto& impl = checked(impl_);
   auto d = new_tensor_impl();
   d->value = impl.value;
+  detail::take_spare_shape(d->shape, impl.shape.size());
   d->shape = impl.shape;
   d->dtype = impl.dtype;
   return Tensor(std::move(d));
@@ -318,6 +320,7 @@ Tensor Tensor::clone() const {
   auto& impl = checked(impl_);
   auto d = new_tensor_impl();
   d->value = new_storage(static_cast<const ArrayVariant&>(*impl.value));
+  detail::take_spare_shape(d->shape, impl.shape.size());
   d->shape = impl.shape;
   d->dtype = impl.dtype;
   return Tensor(std::move(d));
