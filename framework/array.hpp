@@ -130,6 +130,9 @@ struct Storage : ArrayVariant {
   std::uint64_t version = 0;
 };
 
+// Made by new_tensor_impl (below): its block, its shape buffer, its Storage's block and small
+// data buffers all come from the calling thread's caches (detail::small_allocate,
+// take_spare_shape), so making and freeing an op's output calls malloc for none of them.
 struct TensorImpl {
   std::shared_ptr<Storage> value;  // shared with detach() and with saved outputs
   Shape shape;
@@ -181,8 +184,8 @@ template <class T> Tensor make_tensor(xt::xarray<T>&& a, Shape&& shape = {}) {
   }
   impl->dtype = dtype_of<T>();
   // The Storage's container is made empty (no allocation), then a is move-assigned into it:
-  // xt::svector's assignment copies the dims, where its move constructor swaps them (resize,
-  // fill, copy: a quarter of an op's fixed cost before this).
+  // xt::svector's assignment copies the dims, where its move constructor swaps them (resize
+  // with zero fill, then copy, for each of shape, strides and backstrides).
   using Array = xt::xarray<T>;
   impl->value = new_storage(std::in_place_type<Array>, typename Array::storage_type(),
                             typename Array::inner_shape_type(), typename Array::inner_strides_type());
