@@ -166,13 +166,19 @@ CFG = {"tiny": (1, 8, 16, 2), "small": (8, 32, 64, 4), "mid": (8, 64, 128, 8), "
 def flops(B, T, E):  # GEMM FLOPs of MHA fwd+bwd: 24 B T E^2 + 12 B T^2 E
     return 24.0 * B * T * E * E + 12.0 * B * T * T * E
 
-def performed_flops(B, T, E, block=64, gemms=7):
+def kept_probabilities(B, T, H, itemsize=4):
+    # ops/attention.cpp keep_probabilities: the forward keeps the (B, H, T, T) probabilities for
+    # the backward when they take at most 32 MiB; above that the backward recomputes the scores.
+    return B * H * T * T * itemsize <= 32 << 20
+
+def performed_flops(B, T, E, H, block=64):
     # xgrad's causal attention skips key blocks wholly in the future: query rows [r0, r0 + 64)
     # compute keys [0, min(T, r0 + 64)) only (ops/attention.cpp); per head and row block it runs
-    # gemms GEMMs of 2 r c D: 2 forward, 5 backward (the scores are recomputed there: the
-    # memory-linear attention); gemms=6 counts only the layer's own 6 (no recomputation).
+    # GEMMs of 2 r c D each: 2 forward and 4 backward, plus the recomputed scores (a 7th) when
+    # the probabilities were not kept.
+    gemms = 6 if kept_probabilities(B, T, H) else 7
     rc = sum((min(T, r0 + block) - r0) * min(T, r0 + block) for r0 in range(0, T, block))
-    return 24.0 * B * T * E * E + 2.0 * gemms * B * E * rc
+    return 24.0 * B * T * E * E + 2.0 * gemms * B * E * rc, gemms
 
 def to_ms(v, unit):
     return v * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
@@ -264,15 +270,14 @@ if x1 and ref:
     gx = fl * 1e-6 / x1
     gref = 2.0 * 2048 * 1536 * 512 * 1e-6 / ref
     pct = 100 * gx / gref
-    gpf = performed_flops(B, T, E) * 1e-6 / x1
+    pf, gemms = performed_flops(B, T, E, H)
+    gpf = pf * 1e-6 / x1
     ppf = 100 * gpf / gref
     print(f"large, 1 thread, raw cblas_sgemm (M2048 N1536 K512, 1 thread) {gref:.1f} GFLOP/s:")
-    print(f"  xgrad on the GEMM FLOPs it performs ({performed_flops(B, T, E) * 1e-9:.2f} GFLOP: causal future"
-          f" blocks skipped, scores recomputed in the backward) {gpf:.1f} GFLOP/s = {ppf:.0f}%"
+    print(f"  xgrad on the GEMM FLOPs it performs ({pf * 1e-9:.2f} GFLOP: causal future blocks skipped,"
+          f" {gemms} GEMMs per head and row block, the probabilities "
+          f"{'kept' if gemms == 6 else 'recomputed in the backward'}) {gpf:.1f} GFLOP/s = {ppf:.0f}%"
           f" (target >= 90%: {'met' if ppf >= 90 else 'NOT met'})")
-    g6 = performed_flops(B, T, E, gemms=6) * 1e-6 / x1
-    print(f"  without the recomputed scores ({performed_flops(B, T, E, gemms=6) * 1e-9:.2f} GFLOP): {g6:.1f} GFLOP/s"
-          f" = {100 * g6 / gref:.0f}%")
     print(f"  counted dense as PyTorch performs them ({fl * 1e-9:.2f} GFLOP): {gx:.1f} GFLOP/s = {pct:.0f}%")
     if floor:
         gfl = fl * 1e-6 / floor

@@ -170,22 +170,23 @@ XGRAD_FASTMATH_INLINE std::size_t visible_keys(const MaskView<T>& m, std::size_t
 // instead of each paying its own max -> exp -> sum latency.
 // float32 runs per CPU path (ops/isa.hpp; masks become vector blends, maxima vector max).
 template <class T>
-XGRAD_FASTMATH_INLINE void softmax_rows_impl(T* X, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S,
-                                             std::size_t b, std::size_t h, const MaskView<T>& m, T* stats) {
+XGRAD_FASTMATH_INLINE void softmax_rows_impl(T* X, std::size_t ldx, std::size_t r0, std::size_t r1, std::size_t c,
+                                             std::size_t S, std::size_t b, std::size_t h, const MaskView<T>& m,
+                                             T* stats) {
   constexpr std::size_t kGroup = 16;
   const T ninf = -std::numeric_limits<T>::infinity();
   for (std::size_t g0 = r0; g0 < r1; g0 += kGroup) {
     const std::size_t g1 = std::min(r1, g0 + kGroup);
     T mx[kGroup], total[kGroup];
     for (std::size_t i = g0; i < g1; ++i) {
-      T* x = X + (i - r0) * c;
+      T* x = X + (i - r0) * ldx;
       const std::size_t n = visible_keys(m, i, c);
       mask_row(x, i, n, b, h, S, m);
       std::fill(x + n, x + c, T(0));
       mx[i - g0] = row_max(x, n);
     }
     for (std::size_t i = g0; i < g1; ++i) {
-      T* x = X + (i - r0) * c;
+      T* x = X + (i - r0) * ldx;
       if (mx[i - g0] == ninf)  // nothing visible: P = 0, never exp(-inf - -inf) = NaN
         std::fill(x, x + visible_keys(m, i, c), T(0));
       else
@@ -196,7 +197,7 @@ XGRAD_FASTMATH_INLINE void softmax_rows_impl(T* X, std::size_t r0, std::size_t r
       st[0] = mx[i - g0];
       st[1] = T(0);
       if (mx[i - g0] == ninf) continue;
-      T* x = X + (i - r0) * c;
+      T* x = X + (i - r0) * ldx;
       const T inv = st[1] = T(1) / total[i - g0];
       for (std::size_t j = 0, n = visible_keys(m, i, c); j < n; ++j) x[j] *= inv;
     }
@@ -237,15 +238,15 @@ XGRAD_FASTMATH_INLINE void softmax_grad_rows_impl(const T* P, std::size_t ldp, T
   }
 }
 
-XGRAD_FASTMATH_INLINE void softmax_rows_f32_body(float* X, std::size_t r0, std::size_t r1, std::size_t c,
-                                                 std::size_t S, std::size_t b, std::size_t h,
+XGRAD_FASTMATH_INLINE void softmax_rows_f32_body(float* X, std::size_t ldx, std::size_t r0, std::size_t r1,
+                                                 std::size_t c, std::size_t S, std::size_t b, std::size_t h,
                                                  const MaskView<float>& m, float* stats) {
-  softmax_rows_impl<float>(X, r0, r1, c, S, b, h, m, stats);
+  softmax_rows_impl<float>(X, ldx, r0, r1, c, S, b, h, m, stats);
 }
 XGRAD_ISA_KERNEL(softmax_rows_f32,
-                 (float* X, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
-                  std::size_t h, const MaskView<float>& m, float* stats),
-                 (X, r0, r1, c, S, b, h, m, stats))
+                 (float* X, std::size_t ldx, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S,
+                  std::size_t b, std::size_t h, const MaskView<float>& m, float* stats),
+                 (X, ldx, r0, r1, c, S, b, h, m, stats))
 XGRAD_FASTMATH_INLINE void probs_rows_f32_body(float* X, std::size_t r0, std::size_t r1, std::size_t c,
                                                std::size_t S, std::size_t b, std::size_t h,
                                                const MaskView<float>& m, const float* stats) {
@@ -263,10 +264,10 @@ XGRAD_ISA_KERNEL(softmax_grad_rows_f32, (const float* P, std::size_t ldp, float*
                  (P, ldp, G, r, c))
 
 template <class T>
-void softmax_rows(T* X, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b, std::size_t h,
-                  const MaskView<T>& m, T* stats) {
-  if constexpr (std::is_same_v<T, float>) softmax_rows_f32(X, r0, r1, c, S, b, h, m, stats);
-  else softmax_rows_impl<T>(X, r0, r1, c, S, b, h, m, stats);
+void softmax_rows(T* X, std::size_t ldx, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
+                  std::size_t h, const MaskView<T>& m, T* stats) {
+  if constexpr (std::is_same_v<T, float>) softmax_rows_f32(X, ldx, r0, r1, c, S, b, h, m, stats);
+  else softmax_rows_impl<T>(X, ldx, r0, r1, c, S, b, h, m, stats);
 }
 template <class T>
 void probs_rows(T* X, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b, std::size_t h,
@@ -291,23 +292,24 @@ std::size_t block_keys(const Dims& d, const MaskView<T>& m, std::size_t r1) {
 }
 
 // out (B, T, H*Dv) and the row statistics stats (B, H, T, 2) = (max, 1 / sum) of every
-// query's softmax; the probabilities live one row block at a time in a (kRowBlock, S) scratch,
-// and are copied into `saved` (B, H, T, S) when it is given (keys [0, c) of each row block:
-// the ones its backward reads).
+// query's softmax. A row block's probabilities (r, c) are computed in place: in `saved`
+// (B, H, T, S) when it is given (keys [0, c) of each row block, the ones its backward reads;
+// row stride S), else in a (kRowBlock, S) scratch (row stride c). The GEMMs and the softmax
+// do the same operations either way, so the bits do not depend on where they are kept.
 template <class T>
 void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
                     const MaskView<T>& m, T* stats, T* saved, HeadView<T> out) {
   parallel_for(d.B * d.H, head_cost(d), [&](std::size_t begin, std::size_t end) {
-    const std::unique_ptr<T[]> P(new T[std::min(kRowBlock, d.T) * d.S]);  // (r, c), row stride c; uninitialised
+    const std::unique_ptr<T[]> scratch(new T[saved ? 0 : std::min(kRowBlock, d.T) * d.S]);  // uninitialised
     for (std::size_t bh = begin; bh < end; ++bh) {
       const std::size_t b = bh / d.H, h = bh % d.H;
       for (std::size_t r0 = 0; r0 < d.T; r0 += kRowBlock) {
         const std::size_t r1 = std::min(d.T, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, r1);
-        detail::gemm<T>(false, true, r, c, d.D, scale, q.at(b, h, r0), q.ld, k.at(b, h), k.ld, T(0), P.get(), c);
-        softmax_rows(P.get(), r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
-        if (saved)
-          for (std::size_t i = 0; i < r; ++i) std::copy_n(P.get() + i * c, c, saved + (bh * d.T + r0 + i) * d.S);
-        detail::gemm<T>(false, false, r, d.Dv, c, T(1), P.get(), c, v.at(b, h), v.ld, T(0), out.at(b, h, r0), out.ld);
+        T* const P = saved ? saved + (bh * d.T + r0) * d.S : scratch.get();
+        const std::size_t ldp = saved ? d.S : c;
+        detail::gemm<T>(false, true, r, c, d.D, scale, q.at(b, h, r0), q.ld, k.at(b, h), k.ld, T(0), P, ldp);
+        softmax_rows(P, ldp, r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
+        detail::gemm<T>(false, false, r, d.Dv, c, T(1), P, ldp, v.at(b, h), v.ld, T(0), out.at(b, h, r0), out.ld);
       }
     }
   });
