@@ -36,7 +36,7 @@ BOOST_AUTO_TEST_CASE(small_blocks_are_reused_within_their_size_class) {
     drain(bytes);
     void* p = detail::small_allocate(bytes);
     BOOST_TEST(reinterpret_cast<std::uintptr_t>(p) % alignof(std::max_align_t) == 0u);
-    std::memset(p, 0xab, (bytes + 31) / 32 * 32);
+    std::memset(p, 0xab, kOn ? (bytes + 31) / 32 * 32 : bytes);  // a cached block has its class's size
     detail::small_deallocate(p, bytes);
     BOOST_TEST(detail::cached_blocks(bytes) == (kOn ? 1u : 0u));
     const std::size_t same_class = (bytes + 31) / 32 * 32;  // the class's largest size
@@ -70,7 +70,7 @@ BOOST_AUTO_TEST_CASE(caches_hold_a_bounded_count_of_blocks_per_class) {
   for (auto& p : aligned) p = alloc.allocate(1000);
   for (float* p : aligned) {
     BOOST_TEST(reinterpret_cast<std::uintptr_t>(p) % 64 == 0u);
-    std::fill(p, p + 1024, 2.0f);  // rounded up to the class: 1024 floats
+    std::fill(p, p + (kOn ? 1024 : 1000), 2.0f);  // a cached block is rounded up to its class: 1024 floats
   }
   for (float* p : aligned) alloc.deallocate(p, 1000);
   BOOST_TEST(detail::cached_blocks(4000) == (kOn ? 16u : 0u));
