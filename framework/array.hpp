@@ -148,6 +148,14 @@ struct TensorImpl {
 inline std::shared_ptr<TensorImpl> new_tensor_impl() {
   return std::allocate_shared<TensorImpl>(SmallBlockAllocator<TensorImpl>());
 }
+// new_tensor_impl with a copy of `shape`, made in a spare shape buffer when the thread has one
+// (detail::take_spare_shape): detach, clone and a node's output.
+inline std::shared_ptr<TensorImpl> new_tensor_impl(const Shape& shape) {
+  auto impl = new_tensor_impl();
+  detail::take_spare_shape(impl->shape, shape.size());
+  impl->shape = shape;
+  return impl;
+}
 template <class... Args> std::shared_ptr<Storage> new_storage(Args&&... args) {
   return std::allocate_shared<Storage>(SmallBlockAllocator<Storage>(), std::forward<Args>(args)...);
 }

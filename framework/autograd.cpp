@@ -108,10 +108,8 @@ Node::~Node() {
 bool Node::needs_grad(std::size_t i) const { return i < inputs_.size() && inputs_[i].requires_grad(); }
 
 Tensor Node::output() const {
-  auto impl = new_tensor_impl();
+  auto impl = new_tensor_impl(output_->shape);
   impl->value = output_->value;
-  detail::take_spare_shape(impl->shape, output_->shape.size());
-  impl->shape = output_->shape;
   impl->dtype = output_->dtype;
   impl->requires_grad = true;
   impl->grad_fn = std::const_pointer_cast<Node>(shared_from_this());

@@ -308,20 +308,16 @@ void Tensor::backward(const Tensor& grad_output, bool retain_graph, bool create_
 
 Tensor Tensor::detach() const {
   auto& impl = checked(impl_);
-  auto d = new_tensor_impl();
+  auto d = new_tensor_impl(impl.shape);
   d->value = impl.value;
-  detail::take_spare_shape(d->shape, impl.shape.size());
-  d->shape = impl.shape;
   d->dtype = impl.dtype;
   return Tensor(std::move(d));
 }
 
 Tensor Tensor::clone() const {
   auto& impl = checked(impl_);
-  auto d = new_tensor_impl();
+  auto d = new_tensor_impl(impl.shape);
   d->value = new_storage(static_cast<const ArrayVariant&>(*impl.value));
-  detail::take_spare_shape(d->shape, impl.shape.size());
-  d->shape = impl.shape;
   d->dtype = impl.dtype;
   return Tensor(std::move(d));
 }
