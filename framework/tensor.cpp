@@ -74,7 +74,18 @@ static std::size_t checked_numel(const char* op, const Shape& shape) {
 
 std::size_t numel(const Shape& shape) { return checked_numel("numel", shape); }
 
+static std::size_t check_tensor_size_slow(const char* op, const Shape& shape, DType dtype);
+
 std::size_t check_tensor_size(const char* op, const Shape& shape, DType dtype) {
+  // Fast path, every op's output: no zero dimension, no overflow, n <= 2^40, under the limit.
+  std::size_t n = 1;
+  bool overflow = false;
+  for (auto d : shape) overflow |= __builtin_mul_overflow(n, d, &n);
+  if (!overflow && n != 0 && n <= (std::size_t(1) << 40) && n * itemsize(dtype) <= max_tensor_bytes()) return n;
+  return check_tensor_size_slow(op, shape, dtype);
+}
+
+static std::size_t check_tensor_size_slow(const char* op, const Shape& shape, DType dtype) {
   const std::size_t n = checked_numel(op, shape);
   if (n == 0) return 0;
   const std::size_t bytes = n * itemsize(dtype), limit = max_tensor_bytes();
@@ -118,10 +129,11 @@ constexpr std::size_t kSmallBlocksPerClass = 64;
 // kClasses when larger than the largest class.
 std::size_t size_class(std::size_t bytes) {
   if (bytes > (kSmallestClass << (kClasses - 1))) return kClasses;
-  std::size_t k = 0;
-  for (std::size_t c = kSmallestClass; c < bytes; c <<= 1) ++k;
-  return k;
+  if (bytes <= kSmallestClass) return 0;
+  // ceil(log2(bytes)) - log2(512): the bit length of bytes - 1, less 9.
+  return std::size_t(64 - __builtin_clzll((unsigned long long)(bytes - 1))) - 9;
 }
+static_assert(kSmallestClass == 512, "size_class assumes 512-byte smallest class");
 // Small size class of `bytes` <= 512: the k with 32 k < bytes <= 32 (k + 1) (0 bytes: class 0).
 std::size_t small_class(std::size_t bytes) { return bytes ? (bytes - 1) / kSmallStep : 0; }
 

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "expect_error.hpp"
 #include "helpers.hpp"
 #include "xgrad/framework/array.hpp"
 #include "xgrad/framework/autograd.hpp"
@@ -177,6 +178,50 @@ BOOST_AUTO_TEST_CASE(threads_trading_tensors_keep_their_values) {
     });
   for (auto& t : threads) t.join();
   BOOST_TEST(wrong == std::vector<std::size_t>(kThreads, 0), boost::test_tools::per_element());
+}
+
+// empty_tensor<T> makes its container in place in the tensor's storage: a new leaf of the
+// shape and dtype asked for, version 0, row-major strides, every element writable; rank 0 has
+// one element. Sizes are checked first, with the op's name (the fast path of
+// check_tensor_size and its slow path give the same answers).
+BOOST_AUTO_TEST_CASE(empty_tensor_makes_its_container_in_place) {
+  const std::vector<Shape> shapes{{}, {0}, {3, 0, 2}, {5}, {2, 3, 4}, {64, 64}, {1, 1, 1, 1, 7}};
+  for (const Shape& s : shapes) {
+    Tensor t = empty_tensor<double>(s, "probe");
+    BOOST_TEST(t.shape() == s);
+    BOOST_TEST(t.dtype() == DType::Float64);
+    BOOST_TEST(t.version() == 0u);
+    BOOST_TEST(t.is_leaf());
+    BOOST_TEST(!t.requires_grad());
+    const auto& a = value<double>(t);
+    BOOST_TEST(std::vector<std::size_t>(a.shape().begin(), a.shape().end()) == s);
+    std::size_t stride = 1;
+    for (std::size_t d = s.size(); d-- > 0;) {  // row-major (xtensor keeps stride 0 for size-1 axes)
+      if (s[d] != 1) BOOST_TEST(std::size_t(a.strides()[d]) == stride);
+      stride *= s[d];
+    }
+    BOOST_TEST(a.size() == numel(s));
+    double* p = t.mutable_data<double>();
+    for (std::size_t i = 0; i < t.numel(); ++i) p[i] = double(i) + 0.5;
+    const std::vector<double> v = t.to_vector();
+    for (std::size_t i = 0; i < v.size(); ++i) BOOST_TEST(v[i] == double(i) + 0.5);
+  }
+  for (DType d : {DType::Float32, DType::Float64, DType::Bool, DType::Int64}) {
+    Tensor t = empty_tensor(d, {2, 3}, "probe");
+    BOOST_TEST(t.dtype() == d);
+    BOOST_TEST(t.nbytes() == 6 * itemsize(d));
+  }
+  test::expect_error<ValueError>([] { empty_tensor<float>({std::size_t(1) << 21, std::size_t(1) << 20}, "probe"); }, {"probe", "(2097152, 1048576)", "2^40"});
+  test::expect_error<ValueError>([] { empty_tensor<float>({0, std::size_t(1) << 41}, "probe"); }, {"probe", "2^40"});
+  test::expect_error<ValueError>([] { empty_tensor<float>({std::size_t(1) << 63, 4}, "probe"); }, {"probe", "2^40"});
+  struct LimitGuard {
+    std::size_t saved = max_tensor_bytes();
+    ~LimitGuard() { set_max_tensor_bytes(saved); }
+  } guard;
+  set_max_tensor_bytes(1000);
+  BOOST_CHECK_NO_THROW(empty_tensor<float>({250}, "probe"));
+  test::expect_error<MemoryError>([] { empty_tensor<float>({251}, "probe"); }, {"probe", "(251)", "1004 bytes"});
+  BOOST_CHECK_NO_THROW(empty_tensor<float>({0, 1000000}, "probe"));  // no elements: nothing to limit
 }
 
 BOOST_AUTO_TEST_SUITE_END()
