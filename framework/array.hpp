@@ -177,6 +177,13 @@ template <class T> xt::xarray<T>& mutable_value(const Tensor& t) {
   return std::get<xt::xarray<T>>(*t.impl()->value);
 }
 
+// The container of a result still being filled: a tensor made by empty_tensor that no other
+// code has seen yet (not returned, not recorded). No version bump, unlike mutable_value: the
+// op's output is made at version 0 as every other fresh tensor.
+template <class T> xt::xarray<T>& fresh_value(const Tensor& t) {
+  return std::get<xt::xarray<T>>(*t.impl()->value);
+}
+
 // Wraps a container into a new leaf tensor (no copy). `shape`, when given, is a's shape as a
 // Shape the caller no longer needs: the tensor takes it over instead of allocating a copy
 // (std::logic_error if it differs from a's).
