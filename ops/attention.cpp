@@ -581,16 +581,14 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
     const T* q = value<T>(inputs[0]).data();
     const T* k = packed ? q : value<T>(inputs[1]).data();
     const T* v = packed ? q : value<T>(inputs[2]).data();
-    auto st = empty_array<T>({d.B, d.H, d.T, 2}, op);
-    auto o = empty_array<T>({d.B, d.T, Ev}, op);
+    stats = empty_tensor<T>({d.B, d.H, d.T, 2}, op);
+    Tensor o = empty_tensor<T>({d.B, d.T, Ev}, op);
     const bool keep = keep_probabilities(d, sizeof(T)) && recording(inputs);
-    auto P = empty_array<T>(keep ? Shape{d.B, d.H, d.T, d.S} : Shape{0}, op);
+    if (keep) saved = empty_tensor<T>({d.B, d.H, d.T, d.S}, op);
     const auto in = views(q, k, v);
-    forward_kernel<T>(d, T(scale), in[0], in[1], in[2], mask_view<T>(masks, d), st.data(), keep ? P.data() : nullptr,
-                      heads_of(o.data(), d.T, Ev, d.Dv));
-    stats = make_tensor(std::move(st));
-    if (keep) saved = make_tensor(std::move(P));
-    return make_tensor(std::move(o));
+    forward_kernel<T>(d, T(scale), in[0], in[1], in[2], mask_view<T>(masks, d), fresh_value<T>(stats).data(),
+                      keep ? fresh_value<T>(saved).data() : nullptr, heads_of(fresh_value<T>(o).data(), d.T, Ev, d.Dv));
+    return o;
   });
   auto differentiable = [=](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     const Tensor& x = n.input(0);
@@ -611,24 +609,24 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
       const T* v = packed ? q : value<T>(n.input(2)).data();
       const auto in = views(q, k, v);
       const auto dO = heads_of(value<T>(g).data(), d.T, Ev, d.Dv);
-      std::vector<xt::xarray<T>> grads;
+      // Gradients of the inputs that need one (the packed qkv input: one gradient), made in
+      // place; the others stay undefined.
+      std::vector<Tensor> grads(packed ? 1 : 3);
+      for (std::size_t i = 0; i < grads.size(); ++i)
+        if (packed || n.needs_grad(i)) grads[i] = empty_tensor<T>(n.input(i).shape(), op);
+      auto data = [&](std::size_t i) { return grads[i].defined() ? fresh_value<T>(grads[i]).data() : nullptr; };
       std::array<HeadView<T>, 3> out{};
       if (packed) {
-        grads.push_back(empty_array<T>(n.input(0).shape()));
-        out = views(grads[0].data(), grads[0].data(), grads[0].data());
+        out = views(data(0), data(0), data(0));
       } else {
-        for (std::size_t i = 0; i < 3; ++i) grads.push_back(empty_array<T>(n.needs_grad(i) ? n.input(i).shape() : Shape{0}));
-        const auto all = views(grads[0].data(), grads[1].data(), grads[2].data());
+        const auto all = views(data(0), data(1), data(2));
         for (std::size_t i = 0; i < 3; ++i)
           if (n.needs_grad(i)) out[i] = all[i];
       }
       backward_kernel<T>(d, T(scale), in[0], in[1], in[2], value<T>(stats).data(),
                          saved.defined() ? value<T>(saved).data() : nullptr, mask_view<T>(masks, d), dO,
                          out[0], out[1], out[2]);
-      std::vector<Tensor> result;
-      for (std::size_t i = 0; i < grads.size(); ++i)
-        result.push_back(packed || n.needs_grad(i) ? make_tensor(std::move(grads[i])) : Tensor());
-      return result;
+      return grads;
     });
   };
   return record_fused(op, out, inputs, first_order, differentiable);
