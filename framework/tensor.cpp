@@ -391,9 +391,10 @@ template <class T> static Tensor from_values(const char* op, const std::vector<d
     for (std::size_t i = 0; i < values.size(); ++i)
       if (!(values[i] >= -9223372036854775808.0 && values[i] < 9223372036854775808.0))
         throw_error<ValueError>(op, "value ", values[i], " at position ", i, " is not representable as int64");
-  auto a = empty_array<T>(shape, op);
+  Tensor t = empty_tensor<T>(shape, op);
+  auto& a = fresh_value<T>(t);
   std::transform(values.begin(), values.end(), a.begin(), [](double x) { return T(x); });
-  return make_tensor(std::move(a));
+  return t;
 }
 
 static Tensor from_doubles(const char* op, const std::vector<double>& values, const Shape& shape, DType dtype) {
@@ -418,15 +419,15 @@ template <class Gen> static Tensor generate(const char* op, const Shape& shape, 
   check_tensor_size(op, shape, dtype);
   auto fill = [&](auto zero) {
     using T = decltype(zero);
-    auto a = empty_array<T>(shape, op);
-    for (auto& x : a) {
+    Tensor t = empty_tensor<T>(shape, op);
+    for (auto& x : fresh_value<T>(t)) {
       const double v = gen();
       if constexpr (std::is_same_v<T, std::int64_t>)
         if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
           throw_error<ValueError>(op, "value ", v, " is not representable as int64");
       x = T(v);
     }
-    return make_tensor(std::move(a));
+    return t;
   };
   switch (dtype) {
     case DType::Float32: return fill(float{});
@@ -459,17 +460,17 @@ Tensor uniform(const Shape& shape, double low, double high, Rng& rng, DType dtyp
 Tensor bool_tensor(const std::vector<bool>& values, const Shape& shape) {
   if (values.size() != check_tensor_size("bool_tensor", shape, DType::Bool))
     throw_error<ShapeError>("bool_tensor", values.size(), " values do not fill shape ", shape);
-  auto a = empty_array<bool>(shape, "bool_tensor");
-  std::copy(values.begin(), values.end(), a.begin());
-  return make_tensor(std::move(a));
+  Tensor t = empty_tensor<bool>(shape, "bool_tensor");
+  std::copy(values.begin(), values.end(), fresh_value<bool>(t).begin());
+  return t;
 }
 
 Tensor index_tensor(const std::vector<std::int64_t>& values, const Shape& shape) {
   if (values.size() != check_tensor_size("index_tensor", shape, DType::Int64))
     throw_error<ShapeError>("index_tensor", values.size(), " values do not fill shape ", shape);
-  auto a = empty_array<std::int64_t>(shape, "index_tensor");
-  std::copy(values.begin(), values.end(), a.begin());
-  return make_tensor(std::move(a));
+  Tensor t = empty_tensor<std::int64_t>(shape, "index_tensor");
+  std::copy(values.begin(), values.end(), fresh_value<std::int64_t>(t).begin());
+  return t;
 }
 
 Tensor arange(std::size_t n, DType dtype) {
@@ -495,9 +496,10 @@ Tensor arange(double start, double end, double step, DType dtype) {
     const auto s0 = std::int64_t(start), st = std::int64_t(step), d = std::int64_t(end) - s0;
     const Shape shape{std::size_t((d + st - (st > 0 ? 1 : -1)) / st)};  // ceil(d / st), d / st >= 0
     check_tensor_size(op, shape, dtype);
-    auto a = empty_array<std::int64_t>(shape, op);
-    for (std::size_t i = 0; i < shape[0]; ++i) a.data()[i] = s0 + std::int64_t(i) * st;  // |i st| < |d|
-    return make_tensor(std::move(a));
+    Tensor t = empty_tensor<std::int64_t>(shape, op);
+    std::int64_t* pt = fresh_value<std::int64_t>(t).data();
+    for (std::size_t i = 0; i < shape[0]; ++i) pt[i] = s0 + std::int64_t(i) * st;  // |i st| < |d|
+    return t;
   }
   const double count = std::ceil((end - start) / step);  // >= 0 by the sign check
   if (!(count < 1e18))
@@ -513,9 +515,9 @@ Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Rng& rng
   if (low >= high)
     throw_error<ValueError>("randint", "need low < high, got low = ", low, ", high = ", high);
   check_tensor_size("randint", shape, DType::Int64);
-  auto a = empty_array<std::int64_t>(shape, "randint");
-  for (auto& v : a) v = rng.uniform_int(low, high - 1);
-  return make_tensor(std::move(a));
+  Tensor t = empty_tensor<std::int64_t>(shape, "randint");
+  for (auto& v : fresh_value<std::int64_t>(t)) v = rng.uniform_int(low, high - 1);
+  return t;
 }
 
 // --- checks ------------------------------------------------------------------------------

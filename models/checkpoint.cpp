@@ -288,34 +288,36 @@ Entry parse_entry(const Reader& r, const std::string& name, const json& v, std::
 }
 
 template <class T> Tensor read_tensor(const Reader& r, const Entry& e, std::uint64_t base) {
-  auto a = empty_array<T>(e.shape);
-  r.read(base + e.begin, a.data(), e.end - e.begin, "tensor '" + e.name + "'");
-  return make_tensor(std::move(a));
+  Tensor t = empty_tensor<T>(e.shape);
+  r.read(base + e.begin, fresh_value<T>(t).data(), e.end - e.begin, "tensor '" + e.name + "'");
+  return t;
 }
 
 // An F16 / BF16 tensor, converted exactly to Float32.
 Tensor read_half_tensor(const Reader& r, const Entry& e, std::uint64_t base) {
   std::vector<std::uint16_t> bits(std::size_t((e.end - e.begin) / 2));
   r.read(base + e.begin, bits.data(), e.end - e.begin, "tensor '" + e.name + "'");
-  auto a = empty_array<float>(e.shape);
+  Tensor t = empty_tensor<float>(e.shape);
+  float* pt = fresh_value<float>(t).data();
   for (std::size_t i = 0; i < bits.size(); ++i) {
     const std::uint32_t f = e.half == Half::F16 ? f16_to_f32_bits(bits[i]) : bf16_to_f32_bits(bits[i]);
-    std::memcpy(a.data() + i, &f, sizeof f);
+    std::memcpy(pt + i, &f, sizeof f);
   }
-  return make_tensor(std::move(a));
+  return t;
 }
 
 Tensor read_bool_tensor(const Reader& r, const Entry& e, std::uint64_t base) {
   std::vector<unsigned char> bytes(e.end - e.begin);
   r.read(base + e.begin, bytes.data(), bytes.size(), "tensor '" + e.name + "'");
-  auto a = empty_array<bool>(e.shape);
+  Tensor t = empty_tensor<bool>(e.shape);
+  bool* pt = fresh_value<bool>(t).data();
   for (std::size_t i = 0; i < bytes.size(); ++i) {
     if (bytes[i] > 1)
       r.fail("tensor '" + e.name + "': BOOL byte " + std::to_string(bytes[i]) +
              " at flat index " + std::to_string(i) + " is neither 0 nor 1");
-    a.data()[i] = bytes[i] != 0;
+    pt[i] = bytes[i] != 0;
   }
-  return make_tensor(std::move(a));
+  return t;
 }
 
 }  // namespace

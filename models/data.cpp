@@ -116,11 +116,11 @@ void BatchSampler::seek(std::uint64_t epoch, std::uint64_t index) {
 namespace {
 template <class T>
 Tensor gather_rows(const Tensor& data, const std::vector<std::size_t>& indices, const Shape& shape, std::size_t row) {
-  xt::xarray<T> out = empty_array<T>(shape, "collate");
+  Tensor out = empty_tensor<T>(shape, "collate");
   const T* src = data.data<T>();
-  T* dst = out.data();
+  T* dst = fresh_value<T>(out).data();
   for (std::size_t i = 0; i < indices.size(); ++i) std::copy_n(src + indices[i] * row, row, dst + i * row);
-  return make_tensor(std::move(out));
+  return out;
 }
 }  // namespace
 

@@ -41,8 +41,8 @@ Tensor compare_tensors(const char* op, Cmp c, const Tensor& a, const Tensor& b) 
     throw_error<DTypeError>(op, "argument 'a' is ", dtype_name(a.dtype()), ' ', a.shape(), " and argument 'b' is ",
                             dtype_name(b.dtype()), ' ', b.shape(), ": comparisons need one dtype (convert with .to())");
   const Shape Y = detail::broadcast_shapes(op, "a", a.shape(), "b", b.shape());
-  auto y = empty_array<bool>(Y, op);
-  bool* py = y.data();
+  Tensor y = empty_tensor<bool>(Y, op);
+  bool* py = fresh_value<bool>(y).data();
   std::visit(
       [&](const auto& va) {
         using T = typename std::decay_t<decltype(va)>::value_type;
@@ -64,7 +64,7 @@ Tensor compare_tensors(const char* op, Cmp c, const Tensor& a, const Tensor& b) 
         });
       },
       static_cast<const ArrayVariant&>(*a.impl()->value));
-  return make_tensor(std::move(y));
+  return y;
 }
 
 // The order of an integer v relative to a double s, exactly: -1 (v < s), 0, 1, or 2 when s is
@@ -109,8 +109,8 @@ template <Cmp c> inline bool from_order(int o) {
 
 Tensor compare_scalar(const char* op, Cmp c, const Tensor& a, double s) {
   check_defined(op, "a", a);
-  auto y = empty_array<bool>(a.shape(), op);
-  bool* py = y.data();
+  Tensor y = empty_tensor<bool>(a.shape(), op);
+  bool* py = fresh_value<bool>(y).data();
   const std::size_t n = a.numel();
   std::visit(
       [&](const auto& va) {
@@ -128,7 +128,7 @@ Tensor compare_scalar(const char* op, Cmp c, const Tensor& a, double s) {
         });
       },
       static_cast<const ArrayVariant&>(*a.impl()->value));
-  return make_tensor(std::move(y));
+  return y;
 }
 
 }  // namespace

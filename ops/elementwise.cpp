@@ -20,13 +20,13 @@ Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b, Fn fn) {
     using T = decltype(zero);
     const T* pa = value<T>(a).data();
     const T* pb = value<T>(b).data();
-    auto y = empty_array<T>(Y, op);
-    T* py = y.data();
+    Tensor y = empty_tensor<T>(Y, op);
+    T* py = fresh_value<T>(y).data();
     if (a.shape() == b.shape()) {  // one flat loop, in chunks over the threads when long
       detail::parallel_chunks(numel(Y), [&](std::size_t lo, std::size_t hi) {
         for (std::size_t i = lo; i < hi; ++i) py[i] = fn(pa[i], pb[i]);
       });
-      return make_tensor(std::move(y));
+      return y;
     }
     const auto sa = detail::broadcast_strides(detail::pad_left(a.shape(), Y.size()), Y);
     const auto sb = detail::broadcast_strides(detail::pad_left(b.shape(), Y.size()), Y);
@@ -41,7 +41,7 @@ Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b, Fn fn) {
       else
         for (std::size_t i = 0; i < n; ++i) py[oy + i] = fn(pa[oa + i * ta], pb[ob + i * tb]);
     });
-    return make_tensor(std::move(y));
+    return y;
   });
 }
 

@@ -120,14 +120,14 @@ Tensor gather_values(const char* op, const Tensor& x, std::size_t axis, const Te
         using T = typename std::decay_t<decltype(vx)>::value_type;
         const T* px = vx.data();
         const std::int64_t* pi = index.data<std::int64_t>();
-        auto y = empty_array<T>(index.shape(), op);
-        T* py = y.data();
+        Tensor y = empty_tensor<T>(index.shape(), op);
+        T* py = fresh_value<T>(y).data();
         for_each_gather_row(x.shape(), index.shape(), axis,
                             [&](std::size_t ox, std::size_t oi, std::size_t n, std::size_t sx, std::size_t ax) {
                               for (std::size_t i = 0; i < n; ++i)
                                 py[oi + i] = px[ox + i * sx + std::size_t(pi[oi + i]) * ax];
                             });
-        return make_tensor(std::move(y));
+        return y;
       },
       static_cast<const ArrayVariant&>(*x.impl()->value));
 }
@@ -183,12 +183,11 @@ template <bool kMax> Tensor arg_reduce(const char* op, Tensor x, long axis, bool
   Shape K = x.shape();
   K[ax] = 1;
   const auto s = detail::split_at(x.shape(), ax);
-  auto out = empty_array<std::int64_t>(K, op);
+  Tensor y = empty_tensor<std::int64_t>(K, op);
   dispatch_numeric(x, [&](auto zero) {
     using T = decltype(zero);
-    arg_extreme<kMax>(value<T>(x).data(), s, out.data());
+    arg_extreme<kMax>(value<T>(x).data(), s, fresh_value<std::int64_t>(y).data());
   });
-  Tensor y = make_tensor(std::move(out));
   if (scalar_in) return reshape(y, {});
   if (keepdim) return y;
   K.erase(K.begin() + long(ax));
@@ -216,10 +215,10 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
     using T = decltype(zero);
     const T* w = value<T>(weight).data();
     const std::int64_t* idx = indices.data<std::int64_t>();
-    auto out = empty_array<T>(ys, "embedding");
-    for (std::size_t i = 0; i < indices.numel(); ++i)
-      std::copy_n(w + std::size_t(idx[i]) * D, D, out.data() + i * D);
-    return make_tensor(std::move(out));
+    Tensor out = empty_tensor<T>(ys, "embedding");
+    T* po = fresh_value<T>(out).data();
+    for (std::size_t i = 0; i < indices.numel(); ++i) std::copy_n(w + std::size_t(idx[i]) * D, D, po + i * D);
+    return out;
   });
   return record("embedding", y, {weight}, [indices, N](const Node&, const Tensor& g) -> std::vector<Tensor> {
     return {embedding_backward(g, indices, N)};
@@ -238,13 +237,14 @@ Tensor embedding_backward(const Tensor& g, const Tensor& indices, std::size_t nu
     using T = decltype(zero);
     const T* pg = value<T>(g).data();
     const std::int64_t* idx = indices.data<std::int64_t>();
-    xt::xarray<T> out = empty_array<T>({num_rows, D}, "embedding_backward");
-    std::fill(out.begin(), out.end(), T(0));
+    Tensor out = empty_tensor<T>({num_rows, D}, "embedding_backward");
+    auto& vout = fresh_value<T>(out);
+    std::fill(vout.begin(), vout.end(), T(0));
     for (std::size_t i = 0; i < indices.numel(); ++i) {
-      T* row = out.data() + std::size_t(idx[i]) * D;
+      T* row = vout.data() + std::size_t(idx[i]) * D;
       for (std::size_t d = 0; d < D; ++d) row[d] += pg[i * D + d];
     }
-    return make_tensor(std::move(out));
+    return out;
   });
   return record("embedding_backward", y, {g}, [indices](const Node&, const Tensor& gg) -> std::vector<Tensor> {
     return {embedding(gg, indices)};
@@ -340,8 +340,8 @@ TopK topk(const Tensor& x_in, long k, long axis, bool largest, bool sorted) {
   Shape ys = x.shape();
   ys[ax] = kk;
   const auto s = detail::split_at(x.shape(), ax);
-  auto idx = empty_array<std::int64_t>(ys, op);
-  std::int64_t* pi = idx.data();
+  Tensor indices = empty_tensor<std::int64_t>(ys, op);
+  std::int64_t* pi = fresh_value<std::int64_t>(indices).data();
   dispatch_numeric(x, [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
@@ -362,7 +362,6 @@ TopK topk(const Tensor& x_in, long k, long axis, bool largest, bool sorted) {
         for (std::size_t j = 0; j < kk; ++j) ir[j * s.inner] = row[j].i;
       }
   });
-  Tensor indices = make_tensor(std::move(idx));
   Tensor values = gather_values(op, x, ax, indices);
   if (is_float(x.dtype())) values = record(op, values, {x}, gather_backward(ax, indices));
   if (scalar_in && kk == 1) return {reshape(values, {}), reshape(indices, {})};
@@ -450,11 +449,12 @@ Tensor index_select(const Tensor& x_in, long axis, const Tensor& index_in) {
         using T = typename std::decay_t<decltype(vx)>::value_type;
         const T* px = vx.data();
         const std::int64_t* pi = index.data<std::int64_t>();
-        auto out = empty_array<T>(ys, op);
+        Tensor out = empty_tensor<T>(ys, op);
+        T* po = fresh_value<T>(out).data();
         for (std::size_t o = 0; o < s.outer; ++o)
           for (std::size_t j = 0; j < m; ++j)
-            std::copy_n(px + (o * s.n + std::size_t(pi[j])) * s.inner, s.inner, out.data() + (o * m + j) * s.inner);
-        return make_tensor(std::move(out));
+            std::copy_n(px + (o * s.n + std::size_t(pi[j])) * s.inner, s.inner, po + (o * m + j) * s.inner);
+        return out;
       },
       static_cast<const ArrayVariant&>(*x.impl()->value));
   if (is_float(x.dtype()))

@@ -67,11 +67,12 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 
 Tensor causal_mask(std::size_t T, std::size_t S, CausalAlign align) {
-  auto m = empty_array<bool>({T, S}, "causal_mask");
+  Tensor y = empty_tensor<bool>({T, S}, "causal_mask");
+  auto& m = fresh_value<bool>(y);
   const long shift = align == CausalAlign::BottomRight ? long(S) - long(T) : 0;
   for (std::size_t i = 0; i < T; ++i)
     for (std::size_t j = 0; j < S; ++j) m(i, j) = long(j) > long(i) + shift;
-  return make_tensor(std::move(m));
+  return y;
 }
 
 template <class Fn> static Tensor logical(const char* op, const Tensor& a, const Tensor& b, Fn fn) {

@@ -45,12 +45,13 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     using T = decltype(zero);
     const T* pa = value<T>(a).data();
     const T* pb = value<T>(b).data();
-    auto out = empty_array<T>(ys, "matmul");
+    Tensor out = empty_tensor<T>(ys, "matmul");
+    T* po = fresh_value<T>(out).data();
     if (nbatch == 1 || (!ta && numel(bbatch) == 1 && numel(abatch) == nbatch)) {
       // One GEMM: a single product (two 2-D operands, or batch dims all 1), or b shared by
       // every batch, over (batch * n) rows of a.
-      gemm<T>(ta, tb, nbatch * n, m, k, pa, pb, T(0), out.data());
-      return make_tensor(std::move(out), std::move(ys));
+      gemm<T>(ta, tb, nbatch * n, m, k, pa, pb, T(0), po);
+      return out;
     }
     const Shape pa_b = detail::pad_left(abatch, batch.size());
     const Shape pb_b = detail::pad_left(bbatch, batch.size());
@@ -63,12 +64,12 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool ta, bool tb) {
         oa += idx[d] * sa[d];
         ob += idx[d] * sb[d];
       }
-      gemm<T>(ta, tb, n, m, k, pa + oa * n * k, pb + ob * k * m, T(0), out.data() + i * n * m);
+      gemm<T>(ta, tb, n, m, k, pa + oa * n * k, pb + ob * k * m, T(0), po + i * n * m);
       for (std::size_t d = batch.size(); d-- > 0;)
         if (++idx[d] < batch[d]) break;
         else idx[d] = 0;
     }
-    return make_tensor(std::move(out), std::move(ys));
+    return out;
   });
 }
 
@@ -128,10 +129,11 @@ Tensor sum_outer(const Tensor& a, const Tensor& b) {
   const std::size_t N = numel(Shape(a.shape().begin(), a.shape().end() - 1));
   Tensor y = dispatch_float("sum_outer", a.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    auto out = empty_array<T>({k, m}, "sum_outer");
-    if (N == 0) std::fill(out.begin(), out.end(), T(0));
-    gemm<T>(true, false, k, m, N, value<T>(a).data(), value<T>(b).data(), T(0), out.data());
-    return make_tensor(std::move(out));
+    Tensor out = empty_tensor<T>({k, m}, "sum_outer");
+    T* po = fresh_value<T>(out).data();
+    if (N == 0) std::fill_n(po, k * m, T(0));
+    gemm<T>(true, false, k, m, N, value<T>(a).data(), value<T>(b).data(), T(0), po);
+    return out;
   });
   return record("sum_outer", y, {a, b}, [](const Node& n, const Tensor& u) -> std::vector<Tensor> {
     return {n.needs_grad(0) ? linear(n.input(1), u) : Tensor(),
@@ -159,18 +161,18 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   ys.back() = out;
   Tensor y = dispatch_float("linear", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    auto yv = empty_array<T>(ys, "linear");
+    Tensor yv = empty_tensor<T>(ys, "linear");
+    T* py = fresh_value<T>(yv).data();
     T beta = T(0);
     if (bias.defined()) {
       const T* pb = value<T>(bias).data();
-      T* py = yv.data();
       parallel_for(N, out, [&](std::size_t lo, std::size_t hi) {  // rows
         for (std::size_t r = lo; r < hi; ++r) std::copy_n(pb, out, py + r * out);
       });
       beta = T(1);
     }
-    gemm<T>(false, true, N, out, in, value<T>(x).data(), value<T>(w).data(), beta, yv.data());
-    return make_tensor(std::move(yv), std::move(ys));
+    gemm<T>(false, true, N, out, in, value<T>(x).data(), value<T>(w).data(), beta, py);
+    return yv;
   });
   std::vector<Tensor> inputs{x, w};
   if (bias.defined()) inputs.push_back(bias);

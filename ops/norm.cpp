@@ -175,20 +175,21 @@ std::vector<Tensor> fused_grads(const Tensor& x, const Tensor& w, const Tensor& 
   const std::size_t R = numel(Shape(x.shape().begin(), x.shape().end() - 1));
   return dispatch_float("layer_norm", x.dtype(), [&](auto zero) -> std::vector<Tensor> {
     using T = decltype(zero);
-    auto dx = empty_array<T>(need_x ? x.shape() : Shape{0});
-    auto dw = empty_array<T>({need_w ? N : 0});
-    auto db = empty_array<T>({need_b ? N : 0});
+    Tensor dx = need_x ? empty_tensor<T>(x.shape(), "layer_norm") : Tensor();
+    Tensor dw = need_w ? empty_tensor<T>({N}, "layer_norm") : Tensor();
+    Tensor db = need_b ? empty_tensor<T>({N}, "layer_norm") : Tensor();
+    T* pdx = need_x ? fresh_value<T>(dx).data() : nullptr;
+    T* pdw = need_w ? fresh_value<T>(dw).data() : nullptr;
+    T* pdb = need_b ? fresh_value<T>(db).data() : nullptr;
     if (x.numel() == 0) {  // nothing to sum: dw = db = 0
-      std::fill(dw.begin(), dw.end(), T(0));
-      std::fill(db.begin(), db.end(), T(0));
+      if (need_w) std::fill_n(pdw, N, T(0));
+      if (need_b) std::fill_n(pdb, N, T(0));
     } else {
       backward_rows<T>(value<T>(x).data(), w.defined() ? value<T>(w).data() : nullptr,
                                   value<T>(g).data(), value<T>(saved_mean).data(), value<T>(saved_rstd).data(),
-                                  R, N, need_x ? dx.data() : nullptr, need_w ? dw.data() : nullptr,
-                                  need_b ? db.data() : nullptr);
+                                  R, N, pdx, pdw, pdb);
     }
-    return {need_x ? make_tensor(std::move(dx)) : Tensor(), need_w ? make_tensor(std::move(dw)) : Tensor(),
-            need_b ? make_tensor(std::move(db)) : Tensor()};
+    return {dx, dw, db};
   });
 }
 
@@ -201,20 +202,20 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   Tensor saved_mean, saved_rstd;  // (R) each
   Tensor y = dispatch_float("layer_norm", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    auto yv = empty_array<T>(x.shape());
-    auto mv = empty_array<T>({R});
-    auto sv = empty_array<T>({R});
+    Tensor yv = empty_tensor<T>(x.shape(), "layer_norm");
+    saved_mean = empty_tensor<T>({R}, "layer_norm");
+    saved_rstd = empty_tensor<T>({R}, "layer_norm");
+    T* pm = fresh_value<T>(saved_mean).data();
+    T* ps = fresh_value<T>(saved_rstd).data();
     if (x.numel() == 0) {
-      std::fill(mv.begin(), mv.end(), T(0));
-      std::fill(sv.begin(), sv.end(), T(0));
+      std::fill_n(pm, R, T(0));
+      std::fill_n(ps, R, T(0));
     } else {
       forward_rows<T>(value<T>(x).data(), weight.defined() ? value<T>(weight).data() : nullptr,
-                         bias.defined() ? value<T>(bias).data() : nullptr, R, N, T(eps), yv.data(),
-                         mv.data(), sv.data());
+                         bias.defined() ? value<T>(bias).data() : nullptr, R, N, T(eps),
+                         fresh_value<T>(yv).data(), pm, ps);
     }
-    saved_mean = make_tensor(std::move(mv));
-    saved_rstd = make_tensor(std::move(sv));
-    return make_tensor(std::move(yv));
+    return yv;
   });
 
   // Node inputs: x, then weight and bias when given (as linear does); iw, ib = their

@@ -37,7 +37,8 @@ Tensor multinomial(const Tensor& weights, long num_samples, bool replacement, Rn
   const std::size_t C = weights.shape().back(), rows = weights.dim() == 2 ? weights.shape()[0] : 1,
                     S = std::size_t(num_samples);
   Shape ys = weights.dim() == 2 ? Shape{rows, S} : Shape{S};
-  auto out = empty_array<std::int64_t>(ys, op);
+  Tensor y = empty_tensor<std::int64_t>(ys, op);
+  auto& out = fresh_value<std::int64_t>(y);
   dispatch_float(op, weights.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* pw = value<T>(weights).data();
@@ -79,7 +80,7 @@ Tensor multinomial(const Tensor& weights, long num_samples, bool replacement, Rn
       }
     }
   });
-  return make_tensor(std::move(out));
+  return y;
 }
 
 Tensor sample_categorical(const Tensor& logits, Rng& rng, double temperature) {
@@ -93,7 +94,8 @@ Tensor sample_categorical(const Tensor& logits, Rng& rng, double temperature) {
   const std::size_t C = logits.shape().back();
   Shape ys(logits.shape().begin(), logits.shape().end() - 1);
   const std::size_t rows = numel(ys);
-  auto out = empty_array<std::int64_t>(ys, op);
+  Tensor y = empty_tensor<std::int64_t>(ys, op);
+  auto& out = fresh_value<std::int64_t>(y);
   dispatch_float(op, logits.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* pl = value<T>(logits).data();
@@ -120,7 +122,7 @@ Tensor sample_categorical(const Tensor& logits, Rng& rng, double temperature) {
       out.data()[row] = std::int64_t(inverse_cdf(c, rng.uniform()));
     }
   });
-  return make_tensor(std::move(out));
+  return y;
 }
 
 }  // namespace xgrad

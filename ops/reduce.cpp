@@ -125,14 +125,15 @@ Tensor max(const Tensor& x, long axis, bool keepdim) {
   Tensor y = dispatch_float("max", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
-    auto out = empty_array<T>(K, "max");
+    Tensor out = empty_tensor<T>(K, "max");
+    T* po = fresh_value<T>(out).data();
     for (std::size_t o = 0; o < s.outer; ++o)
       for (std::size_t r = 0; r < s.inner; ++r) {
         T m = px[o * s.n * s.inner + r];
         for (std::size_t i = 1; i < s.n; ++i) m = std::max(m, px[(o * s.n + i) * s.inner + r]);
-        out.data()[o * s.inner + r] = m;
+        po[o * s.inner + r] = m;
       }
-    return make_tensor(std::move(out));
+    return out;
   });
   const Tensor yk = y.detach();  // the value only: capturing the output itself would be a cycle
   if (!keepdim) y = reshape(y.detach(), drop_reduced(x.shape(), {axis}));
@@ -142,7 +143,8 @@ Tensor max(const Tensor& x, long axis, bool keepdim) {
       using T = decltype(zero);
       const T* px = value<T>(x).data();
       const T* py = value<T>(yk).data();
-      auto w = empty_array<T>(x.shape());
+      Tensor w = empty_tensor<T>(x.shape(), "max");
+      T* pw = fresh_value<T>(w).data();
       for (std::size_t o = 0; o < s.outer; ++o)
         for (std::size_t r = 0; r < s.inner; ++r) {
           std::size_t ties = 0;
@@ -150,10 +152,10 @@ Tensor max(const Tensor& x, long axis, bool keepdim) {
           for (std::size_t i = 0; i < s.n; ++i) ties += px[(o * s.n + i) * s.inner + r] == m;
           for (std::size_t i = 0; i < s.n; ++i) {
             const std::size_t k = (o * s.n + i) * s.inner + r;
-            w.data()[k] = px[k] == m ? T(1) / T(ties) : T(0);
+            pw[k] = px[k] == m ? T(1) / T(ties) : T(0);
           }
         }
-      return make_tensor(std::move(w));
+      return w;
     });
     return {mul(broadcast_to(reshape(g, K), x.shape()), weight)};
   });
@@ -213,12 +215,14 @@ template <class T> void logsumexp_rows(const T* x, const detail::AxisSplit& s, T
 // the limit of logsumexp's gradient. Other rows are x itself (where() passes their gradient).
 Tensor posinf_rows_to_limit(const Tensor& x, std::size_t axis) {
   const auto s = detail::split_at(x.shape(), axis);
-  auto mask = empty_array<bool>(x.shape());
+  Tensor mask = empty_tensor<bool>(x.shape(), "logsumexp");
+  bool* pm = fresh_value<bool>(mask).data();
   Tensor limit = dispatch_float("logsumexp", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T inf = std::numeric_limits<T>::infinity();
     const T* px = value<T>(x).data();
-    auto c = empty_array<T>(x.shape());
+    Tensor c = empty_tensor<T>(x.shape(), "logsumexp");
+    T* pc = fresh_value<T>(c).data();
     for (std::size_t o = 0; o < s.outer; ++o)
       for (std::size_t r = 0; r < s.inner; ++r) {
         const std::size_t base = o * s.n * s.inner + r;
@@ -226,13 +230,13 @@ Tensor posinf_rows_to_limit(const Tensor& x, std::size_t axis) {
         for (std::size_t i = 0; i < s.n; ++i) any = any || px[base + i * s.inner] == inf;
         for (std::size_t i = 0; i < s.n; ++i) {
           const std::size_t k = base + i * s.inner;
-          mask.data()[k] = any;
-          c.data()[k] = px[k] == inf ? T(0) : -inf;
+          pm[k] = any;
+          pc[k] = px[k] == inf ? T(0) : -inf;
         }
       }
-    return make_tensor(std::move(c));
+    return c;
   });
-  return where(make_tensor(std::move(mask)), limit, x);
+  return where(mask, limit, x);
 }
 
 // logsumexp over one axis, keepdim shape K.
@@ -244,9 +248,9 @@ Tensor logsumexp_axis(const Tensor& x, std::size_t axis) {
   bool has_posinf = false;
   Tensor y = dispatch_float("logsumexp", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    auto out = empty_array<T>(K, "logsumexp");
-    logsumexp_rows(value<T>(x).data(), s, out.data(), has_posinf);
-    return make_tensor(std::move(out));
+    Tensor out = empty_tensor<T>(K, "logsumexp");
+    logsumexp_rows(value<T>(x).data(), s, fresh_value<T>(out).data(), has_posinf);
+    return out;
   });
   const long ax = long(axis);
   return record(
@@ -283,9 +287,9 @@ Tensor cumsum_dir(const Tensor& x, std::size_t axis, bool reverse) {
   const auto s = detail::split_at(x.shape(), axis);
   auto run = [&](auto zero, auto acc_zero) {
     using T = decltype(zero);
-    auto out = empty_array<T>(x.shape(), op);
-    cumsum_rows<T, decltype(acc_zero)>(value<T>(x).data(), s, out.data(), reverse);
-    return make_tensor(std::move(out));
+    Tensor out = empty_tensor<T>(x.shape(), op);
+    cumsum_rows<T, decltype(acc_zero)>(value<T>(x).data(), s, fresh_value<T>(out).data(), reverse);
+    return out;
   };
   if (x.dtype() == DType::Int64) return run(std::int64_t{}, std::uint64_t{});  // wraps, no signed overflow
   Tensor y = x.dtype() == DType::Float32 ? run(float{}, double{}) : run(double{}, double{});
@@ -364,9 +368,9 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
       throw_error<ShapeError>("broadcast_to", "x ", X, " cannot be broadcast to ", shape);
   Tensor y = dispatch_float("broadcast_to", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    auto out = empty_array<T>(shape, "broadcast_to");
-    broadcast_into(value<T>(x).data(), K, out.data(), shape);
-    return make_tensor(std::move(out));
+    Tensor out = empty_tensor<T>(shape, "broadcast_to");
+    broadcast_into(value<T>(x).data(), K, fresh_value<T>(out).data(), shape);
+    return out;
   });
   return record("broadcast_to", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {sum_to(g, n.input(0).shape())};

@@ -69,15 +69,15 @@ Tensor permuted_copy(const char* op, const Tensor& x, const Shape& view, const s
   return visit_dtype(x, [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
-    auto out = empty_array<T>(ys, op);
-    T* po = out.data();
+    Tensor out = empty_tensor<T>(ys, op);
+    T* po = fresh_value<T>(out).data();
     detail::for_each_row(ys, src, src, [&](std::size_t ox, std::size_t, std::size_t oo, std::size_t n,
                                            std::size_t step, std::size_t) {
       if (step == 1) std::copy_n(px + ox, n, po + oo);
       else
         for (std::size_t i = 0; i < n; ++i) po[oo + i] = px[ox + i * step];
     });
-    return make_tensor(std::move(out));
+    return out;
   });
 }
 }  // namespace
@@ -168,11 +168,11 @@ Tensor narrow(const Tensor& x, long axis, std::size_t start, std::size_t length)
   Tensor y = visit_dtype(x, [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
-    auto out = empty_array<T>(ys, "narrow");
+    Tensor out = empty_tensor<T>(ys, "narrow");
+    T* po = fresh_value<T>(out).data();
     for (std::size_t o = 0; o < s.outer; ++o)
-      std::copy_n(px + (o * s.n + start) * s.inner, length * s.inner,
-                  out.data() + o * length * s.inner);
-    return make_tensor(std::move(out));
+      std::copy_n(px + (o * s.n + start) * s.inner, length * s.inner, po + o * length * s.inner);
+    return out;
   });
   const std::size_t n = s.n;
   return record("narrow", y, {x}, [ax, start, n](const Node&, const Tensor& g) -> std::vector<Tensor> {
@@ -205,11 +205,12 @@ Tensor unnarrow(const Tensor& x, long axis, std::size_t start, std::size_t size)
   Tensor y = visit_dtype(x, [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
-    xt::xarray<T> out = empty_array<T>(ys, "unnarrow");
-    std::fill(out.begin(), out.end(), T(0));
+    Tensor out = empty_tensor<T>(ys, "unnarrow");
+    T* po = fresh_value<T>(out).data();
+    std::fill_n(po, out.numel(), T(0));
     for (std::size_t o = 0; o < s.outer; ++o)
-      std::copy_n(px + o * m * s.inner, m * s.inner, out.data() + (o * size + start) * s.inner);
-    return make_tensor(std::move(out));
+      std::copy_n(px + o * m * s.inner, m * s.inner, po + (o * size + start) * s.inner);
+    return out;
   });
   return record("unnarrow", y, {x}, [ax, start, m](const Node&, const Tensor& g) -> std::vector<Tensor> {
     return {narrow(g, long(ax), start, m)};
@@ -239,16 +240,16 @@ Tensor concat(const std::vector<Tensor>& xs, long axis) {
   const auto s = detail::split_at(ys, ax);
   Tensor y = visit_dtype(xs[0], [&](auto zero) {
     using T = decltype(zero);
-    auto out = empty_array<T>(ys, "concat");
+    Tensor out = empty_tensor<T>(ys, "concat");
+    T* po = fresh_value<T>(out).data();
     std::size_t offset = 0;
     for (std::size_t k = 0; k < xs.size(); ++k) {
       const T* px = value<T>(xs[k]).data();
       for (std::size_t o = 0; o < s.outer; ++o)
-        std::copy_n(px + o * sizes[k] * s.inner, sizes[k] * s.inner,
-                    out.data() + (o * s.n + offset) * s.inner);
+        std::copy_n(px + o * sizes[k] * s.inner, sizes[k] * s.inner, po + (o * s.n + offset) * s.inner);
       offset += sizes[k];
     }
-    return make_tensor(std::move(out));
+    return out;
   });
   return record("concat", y, xs, [ax, sizes](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     std::vector<Tensor> grads;

@@ -73,11 +73,11 @@ Tensor softmax_forward(const char* op, const Tensor& x, const Tensor* mask, std:
   }
   return dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    auto y = empty_array<T>(x.shape());
-    if (x.numel() == 0) return make_tensor(std::move(y));
+    Tensor y = empty_tensor<T>(x.shape(), op);
+    if (x.numel() == 0) return y;
     softmax_rows<T>(value<T>(x).data(), mask ? mask->data<bool>() : nullptr, ms, x.shape(), axis,
-                    y.data(), log_out);
-    return make_tensor(std::move(y));
+                    fresh_value<T>(y).data(), log_out);
+    return y;
   });
 }
 
@@ -95,9 +95,9 @@ Tensor softmax_backward(const Tensor& y, const Tensor& g, long axis) {
     using T = decltype(zero);
     const T* py = value<T>(y).data();
     const T* pg = value<T>(g).data();
-    auto out = empty_array<T>(y.shape());
-    T* po = out.data();
-    if (y.numel() == 0) return make_tensor(std::move(out));
+    Tensor out = empty_tensor<T>(y.shape(), "softmax_backward");
+    T* po = fresh_value<T>(out).data();
+    if (y.numel() == 0) return out;
     for (std::size_t o = 0; o < s.outer; ++o)
       for (std::size_t r = 0; r < s.inner; ++r) {
         const std::size_t base = o * s.n * s.inner + r;
@@ -108,7 +108,7 @@ Tensor softmax_backward(const Tensor& y, const Tensor& g, long axis) {
           po[k] = py[k] * (pg[k] - dot);
         }
       }
-    return make_tensor(std::move(out));
+    return out;
   });
   const long a = long(ax);
   return record("softmax_backward", dx, {y, g}, [a](const Node& n, const Tensor& u) -> std::vector<Tensor> {

@@ -184,14 +184,15 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
   Tensor y = dispatch_float("clamp", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
-    auto out = empty_array<T>(x.shape(), "clamp");
+    Tensor out = empty_tensor<T>(x.shape(), "clamp");
+    T* po = fresh_value<T>(out).data();
     for (std::size_t i = 0; i < x.numel(); ++i) {
       T v = px[i];
       if (v < T(lo)) v = T(lo);
       if (v > T(hi)) v = T(hi);  // after lo: min > max gives max everywhere; NaN stays NaN
-      out.data()[i] = v;
+      po[i] = v;
     }
-    return make_tensor(std::move(out));
+    return out;
   });
   return record("clamp", y, {x}, [lo, hi](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     Tensor pass = map_float("clamp", n.input(0), [lo, hi](const auto& v, auto t) {
@@ -220,22 +221,23 @@ Tensor gelu(const Tensor& x, GeluApproximation approximate) {
   Tensor y = dispatch_float("gelu", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = value<T>(x).data();
-    auto out = empty_array<T>(x.shape());
-    auto dy = empty_array<T>(keep_slope ? x.shape() : Shape{0});
+    Tensor out = empty_tensor<T>(x.shape(), "gelu");
+    if (keep_slope) slope = empty_tensor<T>(x.shape(), "gelu");
+    T* po = fresh_value<T>(out).data();
+    T* pdy = keep_slope ? fresh_value<T>(slope).data() : nullptr;
     if constexpr (std::is_same_v<T, float>) {
-      if (exact && keep_slope) gelu_and_slope_f32(px, out.data(), dy.data(), x.numel());
-      else if (exact) gelu_f32(px, out.data(), x.numel());
+      if (exact && keep_slope) gelu_and_slope_f32(px, po, pdy, x.numel());
+      else if (exact) gelu_f32(px, po, x.numel());
     }
     if (!exact || !std::is_same_v<T, float>) {
       for (std::size_t i = 0; i < x.numel(); ++i) {
         const T v = px[i];
         T s;
-        out.data()[i] = exact ? gelu_exact_and_slope(v, s) : gelu_tanh_and_slope(v, s);
-        if (keep_slope) dy.data()[i] = s;
+        po[i] = exact ? gelu_exact_and_slope(v, s) : gelu_tanh_and_slope(v, s);
+        if (keep_slope) pdy[i] = s;
       }
     }
-    if (keep_slope) slope = make_tensor(std::move(dy));
-    return make_tensor(std::move(out));
+    return out;
   });
   auto differentiable = [approximate](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {gelu_backward(n.input(0), g, approximate)};
@@ -260,19 +262,20 @@ Tensor gelu_backward(const Tensor& x, const Tensor& g, GeluApproximation approxi
     using T = decltype(zero);
     const T* px = value<T>(x).data();
     const T* pg = value<T>(g).data();
-    auto out = empty_array<T>(x.shape());
+    Tensor out = empty_tensor<T>(x.shape(), "gelu_backward");
+    T* po = fresh_value<T>(out).data();
     if constexpr (std::is_same_v<T, float>) {
-      if (exact) gelu_backward_f32(px, pg, out.data(), x.numel());
+      if (exact) gelu_backward_f32(px, pg, po, x.numel());
     }
     if (!exact || !std::is_same_v<T, float>) {
       for (std::size_t i = 0; i < x.numel(); ++i) {
         T s;
         if (exact) gelu_exact_and_slope(px[i], s);
         else gelu_tanh_and_slope(px[i], s);
-        out.data()[i] = pg[i] * s;
+        po[i] = pg[i] * s;
       }
     }
-    return make_tensor(std::move(out));
+    return out;
   });
   return record("gelu_backward", dx, {x, g}, [approximate](const Node& n, const Tensor& u) -> std::vector<Tensor> {
     const Tensor &x = n.input(0), &g = n.input(1);
