@@ -207,7 +207,16 @@ template <class T> Tensor make_tensor(xt::xarray<T>&& a, Shape&& shape = {}) {
   std::get<Array>(*impl->value) = std::move(a);
   return Tensor(std::move(impl));
 }
-// A new, uninitialised tensor of the given shape, checked first by check_tensor_size(op, ...)
+namespace detail {
+// The allocator's MemoryError (a genuine out-of-memory under the limit) again, naming op, the
+// dtype and the shape of the tensor being made: empty_array and empty_tensor.
+[[noreturn]] inline void out_of_memory(const char* op, DType dtype, const Shape& shape, const MemoryError& e) {
+  throw_error<MemoryError>(op, "out of memory for a ", dtype_name(dtype), " tensor of shape ", shape, " (",
+                           e.what(), ")");
+}
+}  // namespace detail
+
+// A new, uninitialised container of the given shape, checked first by check_tensor_size(op, ...)
 // (ValueError past 2^40 elements, MemoryError past max_tensor_bytes()). A genuine
 // out-of-memory under the limit is a MemoryError naming op and shape too.
 template <class T> xt::xarray<T> empty_array(const Shape& shape, const char* op = "empty") {
@@ -215,16 +224,15 @@ template <class T> xt::xarray<T> empty_array(const Shape& shape, const char* op 
   try {
     return xt::xarray<T>::from_shape(shape);
   } catch (const MemoryError& e) {
-    throw_error<MemoryError>(op, "out of memory for a ", dtype_name(dtype_of<T>()), " tensor of shape ", shape,
-                             " (", e.what(), ")");
+    detail::out_of_memory(op, dtype_of<T>(), shape, e);
   }
 }
 
 // A new, uninitialised T tensor of `shape` (checked as by empty_array), its container made in
 // place in the tensor's storage: no container is built and then moved in, as with
-// make_tensor(empty_array<T>(shape)), which costs an op's output ~1.7x as many instructions
-// (benchmarks/bench_matmul.cpp, BM_make_output_tensor vs BM_make_tensor_from_array). Write
-// its elements through out.mutable_data<T>() or the container, mutable_value<T>(out).
+// make_tensor(empty_array<T>(shape)), which costs an op's output ~1.25x as many instructions
+// (benchmarks/bench_matmul.cpp, BM_make_output_tensor vs BM_make_tensor_from_array). Fill it
+// through fresh_value<T>(out) (version stays 0) before returning or recording it.
 template <class T> Tensor empty_tensor(const Shape& shape, const char* op = "empty") {
   check_tensor_size(op, shape, dtype_of<T>());
   auto impl = new_tensor_impl(shape);
@@ -233,8 +241,7 @@ template <class T> Tensor empty_tensor(const Shape& shape, const char* op = "emp
   try {
     impl->value = new_storage(std::in_place_type<Array>, typename Array::shape_type(shape.begin(), shape.end()));
   } catch (const MemoryError& e) {
-    throw_error<MemoryError>(op, "out of memory for a ", dtype_name(dtype_of<T>()), " tensor of shape ", shape,
-                             " (", e.what(), ")");
+    detail::out_of_memory(op, dtype_of<T>(), shape, e);
   }
   return Tensor(std::move(impl));
 }

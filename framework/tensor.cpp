@@ -414,9 +414,9 @@ Tensor tensor(const std::vector<double>& values, const Shape& shape, DType dtype
 }
 
 // A tensor of `shape` whose element i is T(gen()) in row-major order; sized and checked
-// before anything is allocated (no std::vector<double> of numel elements on the way).
+// (by empty_tensor) before anything is allocated (no std::vector<double> of numel elements on
+// the way).
 template <class Gen> static Tensor generate(const char* op, const Shape& shape, DType dtype, Gen&& gen) {
-  check_tensor_size(op, shape, dtype);
   auto fill = [&](auto zero) {
     using T = decltype(zero);
     Tensor t = empty_tensor<T>(shape, op);
@@ -495,8 +495,7 @@ Tensor arange(double start, double end, double step, DType dtype) {
   if (dtype == DType::Int64) {  // exactly: |start|, |end| <= 2^53, so nothing below overflows
     const auto s0 = std::int64_t(start), st = std::int64_t(step), d = std::int64_t(end) - s0;
     const Shape shape{std::size_t((d + st - (st > 0 ? 1 : -1)) / st)};  // ceil(d / st), d / st >= 0
-    check_tensor_size(op, shape, dtype);
-    Tensor t = empty_tensor<std::int64_t>(shape, op);
+    Tensor t = empty_tensor<std::int64_t>(shape, op);  // checks the size first
     std::int64_t* pt = fresh_value<std::int64_t>(t).data();
     for (std::size_t i = 0; i < shape[0]; ++i) pt[i] = s0 + std::int64_t(i) * st;  // |i st| < |d|
     return t;
@@ -506,7 +505,6 @@ Tensor arange(double start, double end, double step, DType dtype) {
     throw_error<ValueError>(op, "start ", start, ", end ", end, ", step ", step, " give ", count,
                             " elements, more than 2^40");
   const Shape shape{std::size_t(count)};
-  check_tensor_size(op, shape, dtype);
   double i = 0;
   return generate(op, shape, dtype, [&] { return start + (i++) * step; });
 }
@@ -514,8 +512,7 @@ Tensor arange(double start, double end, double step, DType dtype) {
 Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Rng& rng) {
   if (low >= high)
     throw_error<ValueError>("randint", "need low < high, got low = ", low, ", high = ", high);
-  check_tensor_size("randint", shape, DType::Int64);
-  Tensor t = empty_tensor<std::int64_t>(shape, "randint");
+  Tensor t = empty_tensor<std::int64_t>(shape, "randint");  // checks the size first
   for (auto& v : fresh_value<std::int64_t>(t)) v = rng.uniform_int(low, high - 1);
   return t;
 }
