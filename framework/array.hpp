@@ -50,18 +50,10 @@ void aligned_deallocate(void* p, std::size_t bytes) noexcept;
 constexpr std::size_t kSmallBlockMax = 512;
 void* small_allocate(std::size_t bytes);
 void small_deallocate(void* p, std::size_t bytes) noexcept;
-// The calling thread's spare shape buffers (kept like the blocks above): a freed TensorImpl's
-// shape vector, up to rank 8, is kept empty with its capacity (recycle_shape, called by
-// SmallBlockAllocator<TensorImpl>::destroy), and a new TensorImpl's empty shape takes one
-// (take_spare_shape, when the latest spare holds `rank` dims), so that copying its dims in
-// allocates nothing. Both noexcept no-ops when there is nothing to give or no room.
-void take_spare_shape(std::vector<std::size_t>& shape, std::size_t rank) noexcept;  // Shape
-void recycle_shape(std::vector<std::size_t>& shape) noexcept;
 // For tests: whether the caches above are on (not in sanitizer builds), and how many freed
 // blocks of the size class of `bytes` the calling thread holds.
 bool block_cache_enabled() noexcept;
 std::size_t cached_blocks(std::size_t bytes) noexcept;
-std::size_t spare_shapes() noexcept;
 }  // namespace detail
 
 // The allocator of the small fixed-size blocks behind a tensor (detail::small_allocate).
@@ -75,12 +67,6 @@ template <class T> struct SmallBlockAllocator {
     return static_cast<T*>(detail::small_allocate(n * sizeof(T)));
   }
   void deallocate(T* p, std::size_t n) noexcept { detail::small_deallocate(p, n * sizeof(T)); }
-  // A TensorImpl's shape buffer goes to the spare shapes before the TensorImpl is destroyed
-  // (allocate_shared destroys its object through the allocator).
-  template <class U> void destroy(U* p) noexcept {
-    if constexpr (std::is_same_v<U, TensorImpl>) detail::recycle_shape(p->shape);
-    p->~U();
-  }
   template <class U> bool operator==(const SmallBlockAllocator<U>&) const noexcept { return true; }
   template <class U> bool operator!=(const SmallBlockAllocator<U>&) const noexcept { return false; }
 };
@@ -130,9 +116,10 @@ struct Storage : ArrayVariant {
   std::uint64_t version = 0;
 };
 
-// Made by new_tensor_impl (below): its block, its shape buffer, its Storage's block and small
-// data buffers all come from the calling thread's caches (detail::small_allocate,
-// take_spare_shape), so making and freeing an op's output calls malloc for none of them.
+// Made by new_tensor_impl (below): its block, its Storage's block and small data buffers all
+// come from the calling thread's caches (detail::small_allocate), and a shape of rank <= 6 is
+// kept inside the TensorImpl (Shape::kInline), so making and freeing an op's output calls
+// malloc for none of them.
 struct TensorImpl {
   std::shared_ptr<Storage> value;  // shared with detach() and with saved outputs
   Shape shape;
@@ -148,11 +135,9 @@ struct TensorImpl {
 inline std::shared_ptr<TensorImpl> new_tensor_impl() {
   return std::allocate_shared<TensorImpl>(SmallBlockAllocator<TensorImpl>());
 }
-// new_tensor_impl with a copy of `shape`, made in a spare shape buffer when the thread has one
-// (detail::take_spare_shape): detach, clone and a node's output.
+// new_tensor_impl with a copy of `shape`: detach, clone, a node's output, empty_tensor.
 inline std::shared_ptr<TensorImpl> new_tensor_impl(const Shape& shape) {
   auto impl = new_tensor_impl();
-  detail::take_spare_shape(impl->shape, shape.size());
   impl->shape = shape;
   return impl;
 }
@@ -190,7 +175,6 @@ template <class T> xt::xarray<T>& fresh_value(const Tensor& t) {
 template <class T> Tensor make_tensor(xt::xarray<T>&& a, Shape&& shape = {}) {
   auto impl = new_tensor_impl();
   if (shape.empty()) {
-    detail::take_spare_shape(impl->shape, a.dimension());
     impl->shape.assign(a.shape().begin(), a.shape().end());
   } else {
     if (!std::equal(shape.begin(), shape.end(), a.shape().begin(), a.shape().end()))

@@ -16,6 +16,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "xgrad/framework/shape.hpp"
+
 namespace xgrad {
 
 struct Error : std::runtime_error {
@@ -35,13 +37,13 @@ struct AnomalyError : Error { using Error::Error; }; // anomaly mode: an op made
 struct MemoryError : Error { using Error::Error; };
 
 // "(2, 3, 4)"; "()" for a scalar.
-std::string shape_str(const std::vector<std::size_t>& shape);
+std::string shape_str(const Shape& shape);
 
 namespace detail {
 inline void append_part(std::string& s, const std::string& v) { s += v; }
 inline void append_part(std::string& s, const char* v) { s += v; }
 inline void append_part(std::string& s, char v) { s += v; }
-inline void append_part(std::string& s, const std::vector<std::size_t>& shape) { s += shape_str(shape); }
+inline void append_part(std::string& s, const Shape& shape) { s += shape_str(shape); }
 void append_part(std::string& s, double v);  // 10 significant digits; "nan", "inf"
 template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool> && !std::is_same_v<T, char>, int> = 0>
 void append_part(std::string& s, T v) { s += std::to_string(v); }

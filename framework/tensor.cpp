@@ -22,7 +22,7 @@ void detail::append_part(std::string& s, double v) {
   s += os.str();
 }
 
-std::string shape_str(const std::vector<std::size_t>& shape) {
+std::string shape_str(const Shape& shape) {
   std::string s = "(";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + ")";
@@ -166,15 +166,11 @@ template <std::size_t Bound> struct FreeBlocks {
 };
 
 // Freed blocks of each size class, per thread (a block freed on another thread than the one
-// that made it joins the freeing thread's cache), and the shape buffers of freed TensorImpls
-// (detail::recycle_shape). Emptied when the thread ends; a block freed after that (static
+// that made it joins the freeing thread's cache). Emptied when the thread ends; a block freed after that (static
 // destructors) goes back to malloc.
-constexpr std::size_t kSpareShapes = 64, kSpareShapeRank = 8;
 struct BlockCache {
   FreeBlocks<kBlocksPerClass> aligned[kClasses];
   FreeBlocks<kSmallBlocksPerClass> small[kSmallClasses];
-  Shape shapes[kSpareShapes];  // empty, with capacity 1 .. kSpareShapeRank
-  std::size_t spare_shapes = 0;
   ~BlockCache();
 };
 thread_local BlockCache t_blocks;
@@ -230,20 +226,6 @@ void detail::small_deallocate(void* p, std::size_t bytes) noexcept {
   std::free(p);
 }
 
-void detail::take_spare_shape(Shape& shape, std::size_t rank) noexcept {
-  BlockCache* c = t_cache;
-  if (c && c->spare_shapes && c->shapes[c->spare_shapes - 1].capacity() >= rank)
-    shape.swap(c->shapes[--c->spare_shapes]);
-}
-
-void detail::recycle_shape(Shape& shape) noexcept {
-  if (shape.capacity() == 0 || shape.capacity() > kSpareShapeRank) return;
-  BlockCache* c = cache_for_push();
-  if (!c || c->spare_shapes == kSpareShapes) return;
-  shape.clear();
-  shape.swap(c->shapes[c->spare_shapes++]);
-}
-
 bool detail::block_cache_enabled() noexcept { return kCacheBlocks; }
 
 std::size_t detail::cached_blocks(std::size_t bytes) noexcept {
@@ -252,11 +234,6 @@ std::size_t detail::cached_blocks(std::size_t bytes) noexcept {
   if (bytes <= kSmallMax) return c->small[small_class(bytes)].count;
   const std::size_t k = size_class(bytes);
   return k < kClasses ? c->aligned[k].count : 0;
-}
-
-std::size_t detail::spare_shapes() noexcept {
-  const BlockCache* c = t_cache;
-  return c ? c->spare_shapes : 0;
 }
 
 Tensor::Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}

@@ -30,7 +30,6 @@ const char* dtype_name(DType dtype);
 inline bool is_float(DType d) { return d == DType::Float32 || d == DType::Float64; }
 std::size_t itemsize(DType dtype);  // bytes per element: 4, 8, 1 (bool), 8
 
-using Shape = std::vector<std::size_t>;
 // Element count; ValueError when it overflows or exceeds 2^40. A shape with a zero dimension
 // has 0 elements, but the product of its other dimensions (its strides) is held to 2^40 too.
 std::size_t numel(const Shape& shape);
