@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
   const std::pair<const char*, Shape> kGeluShapes[] = {{"512x128", {512, 128}}, {"4096x2048", {4096, 2048}}};
   for (const auto& [label, shape] : kGeluShapes) {
     Maker make = [s = shape](const Dims&, xgrad::Rng& r) {
-      return Case{{randn(s, r)}, {true}, [](const auto& in) { return xgrad::gelu(in[0]); }};
+      return Case{{xgrad::randn(s, r)}, {true}, [](const auto& in) { return xgrad::gelu(in[0]); }};
     };
     const std::string base = std::string("gelu/") + label + "/";
     benchmark::RegisterBenchmark((base + "fwd").c_str(), run_fwd, make, kSizes[0])

@@ -9,7 +9,10 @@
 //
 // It converts both ways with std::vector<std::size_t> (implicitly), and compares equal to one
 // with the same dims, so code written against a std::vector shape keeps working. Iterators
-// are plain pointers; like std::vector's, they are invalidated by any change of size.
+// are plain pointers; like std::vector's, they are invalidated by any change of size. One
+// difference: as an xgrad type, a Shape argument makes an unqualified call also look in
+// namespace xgrad (argument-dependent lookup), so a helper of one's own with the name and
+// parameters of an xgrad function (a local `randn(const Shape&, Rng&)`) needs qualifying.
 #pragma once
 #include <algorithm>
 #include <cstddef>
