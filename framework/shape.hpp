@@ -12,11 +12,13 @@
 // are plain pointers; like std::vector's, they are invalidated by any change of size. One
 // difference: as an xgrad type, a Shape argument makes an unqualified call also look in
 // namespace xgrad (argument-dependent lookup), so a helper of one's own with the name and
-// parameters of an xgrad function (a local `randn(const Shape&, Rng&)`) needs qualifying.
+// parameters of an xgrad function (a local `randn(const Shape&, Rng&)`) needs qualifying; and
+// `cond ? shape : vec` needs one side converted, as each converts to the other.
 #pragma once
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <iterator>
 #include <stdexcept>
@@ -25,7 +27,16 @@
 
 namespace xgrad {
 
+namespace shape_detail {
+template <class It, class = void> struct is_input_iterator : std::false_type {};
+template <class It>
+struct is_input_iterator<It, std::void_t<typename std::iterator_traits<It>::iterator_category>>
+    : std::is_convertible<typename std::iterator_traits<It>::iterator_category, std::input_iterator_tag> {};
+}  // namespace shape_detail
+
 class Shape {
+  template <class It> using if_iterator = std::enable_if_t<shape_detail::is_input_iterator<It>::value, int>;
+
  public:
   using value_type = std::size_t;
   using size_type = std::size_t;
@@ -44,8 +55,7 @@ class Shape {
   Shape(std::initializer_list<std::size_t> dims) : Shape() { assign(dims.begin(), dims.end()); }
   explicit Shape(size_type n) : Shape() { assign(n, 0); }
   Shape(size_type n, std::size_t value) : Shape() { assign(n, value); }
-  template <class It, std::enable_if_t<!std::is_integral_v<It>, int> = 0>
-  Shape(It first, It last) : Shape() { assign(first, last); }
+  template <class It, if_iterator<It> = 0> Shape(It first, It last) : Shape() { assign(first, last); }
   Shape(const std::vector<std::size_t>& dims) : Shape() { assign(dims.begin(), dims.end()); }
   Shape(const Shape& other) : Shape() { assign(other.begin(), other.end()); }
   Shape(Shape&& other) noexcept : Shape() { take(other); }
@@ -74,11 +84,16 @@ class Shape {
     std::fill_n(data_, n, value);
     size_ = std::uint32_t(n);
   }
-  template <class It, std::enable_if_t<!std::is_integral_v<It>, int> = 0> void assign(It first, It last) {
+  template <class It, if_iterator<It> = 0> void assign(It first, It last) {
     if constexpr (std::is_base_of_v<std::forward_iterator_tag, typename std::iterator_traits<It>::iterator_category>) {
       const auto n = size_type(std::distance(first, last));
+      if (n > max_size()) throw std::length_error("Shape: more than 2^32 - 1 dims");
       reserve_discarding(n);
-      std::copy(first, last, data_);
+      if constexpr (std::is_pointer_v<It>) {
+        if (n) std::memmove(data_, &*first, n * sizeof(std::size_t));  // may be a range of itself
+      } else {
+        std::copy(first, last, data_);
+      }
       size_ = std::uint32_t(n);
     } else {
       clear();
@@ -125,9 +140,16 @@ class Shape {
     if (size_ == capacity_) grow(size_type(size_) + 1, true);
     data_[size_++] = d;
   }
-  std::size_t& emplace_back(std::size_t d) {
+  std::size_t& emplace_back(std::size_t d = 0) {
     push_back(d);
     return back();
+  }
+  iterator emplace(const_iterator pos, std::size_t d = 0) { return insert(pos, d); }
+  void shrink_to_fit() {
+    if (on_heap() && capacity_ > size_) {
+      Shape t(begin(), end());
+      *this = std::move(t);
+    }
   }
   void pop_back() noexcept { --size_; }
   void resize(size_type n, std::size_t value = 0) {
@@ -141,8 +163,7 @@ class Shape {
     std::fill_n(data_ + i, n, d);
     return data_ + i;
   }
-  template <class It, std::enable_if_t<!std::is_integral_v<It>, int> = 0>
-  iterator insert(const_iterator pos, It first, It last) {
+  template <class It, if_iterator<It> = 0> iterator insert(const_iterator pos, It first, It last) {
     const Shape dims(first, last);  // may alias *this
     const size_type i = make_gap(pos, dims.size());
     std::copy(dims.begin(), dims.end(), data_ + i);
@@ -154,8 +175,10 @@ class Shape {
   iterator erase(const_iterator pos) { return erase(pos, pos + 1); }
   iterator erase(const_iterator first, const_iterator last) {
     iterator f = data_ + (first - data_), l = data_ + (last - data_);
-    std::copy(l, end(), f);
-    size_ -= std::uint32_t(l - f);
+    if (f != l) {
+      std::memmove(f, l, size_type(end() - l) * sizeof(std::size_t));
+      size_ -= std::uint32_t(l - f);
+    }
     return f;
   }
   void swap(Shape& other) noexcept {
@@ -215,11 +238,13 @@ class Shape {
   void reserve_discarding(size_type n) {
     if (n > capacity_) grow(n, false);
   }
-  // Opens n slots at pos; returns pos's index.
+  // Opens n slots at pos; returns pos's index. length_error past max_size(), as std::vector.
   size_type make_gap(const_iterator pos, size_type n) {
     const size_type i = size_type(pos - data_);
+    if (n > max_size() - size_) throw std::length_error("Shape: more than 2^32 - 1 dims");
+    if (n == 0) return i;
     if (size_ + n > capacity_) grow(size_ + n, true);
-    std::copy_backward(data_ + i, data_ + size_, data_ + size_ + n);
+    std::memmove(data_ + i + n, data_ + i, (size_ - i) * sizeof(std::size_t));
     size_ += std::uint32_t(n);
     return i;
   }

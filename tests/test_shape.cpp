@@ -6,7 +6,10 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstdint>
+#include <iterator>
+#include <limits>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -127,6 +130,40 @@ BOOST_AUTO_TEST_CASE(random_operations_match_std_vector) {
       BOOST_REQUIRE((s == v) && (v == s) && !(s != v) && s == Shape(v));
     }
   }
+}
+
+// The members std::vector code reaches for beyond the random sequence above.
+BOOST_AUTO_TEST_CASE(other_members_match_std_vector) {
+  enum { kRows = 2, kCols = 3 };
+  BOOST_TEST(same(Shape(kRows, kCols), Vec(kRows, kCols)));  // (n, value), not an iterator range
+  std::istringstream in("4 5 6 7 8 9 10 11");
+  Shape from_stream;
+  from_stream.assign(std::istream_iterator<std::size_t>(in), std::istream_iterator<std::size_t>());
+  BOOST_TEST(same(from_stream, Vec{4, 5, 6, 7, 8, 9, 10, 11}));  // input iterators, past kInline
+  Shape s{1, 2};
+  s.reserve(20);
+  BOOST_TEST(s.capacity() == 20u);
+  BOOST_TEST(same(s, Vec{1, 2}));
+  s.shrink_to_fit();
+  BOOST_TEST(is_inline(s));
+  BOOST_TEST(same(s, Vec{1, 2}));
+  s.assign({7, 8, 9});
+  BOOST_TEST(same(s, Vec{7, 8, 9}));
+  s = {3, 4};
+  BOOST_TEST(same(s, Vec{3, 4}));
+  s.insert(s.begin() + 1, {5, 6});
+  BOOST_TEST(same(s, Vec{3, 5, 6, 4}));
+  BOOST_TEST(*s.emplace(s.begin(), 9) == 9u);
+  BOOST_TEST(s.emplace_back() == 0u);
+  BOOST_TEST(same(s, Vec{9, 3, 5, 6, 4, 0}));
+  s.insert(s.end(), 0, 1);
+  s.erase(s.begin(), s.begin());
+  BOOST_TEST(same(s, Vec{9, 3, 5, 6, 4, 0}));
+  volatile std::size_t huge = std::numeric_limits<std::size_t>::max();  // opaque: GCC would warn on the fill
+  BOOST_CHECK_THROW(s.insert(s.begin(), std::size_t(huge), 0), std::length_error);
+  BOOST_TEST(same(s, Vec{9, 3, 5, 6, 4, 0}));  // unchanged
+  BOOST_CHECK_THROW(s.resize(std::size_t(Shape::max_size()) + 1), std::length_error);
+  BOOST_TEST(same(s, Vec{9, 3, 5, 6, 4, 0}));
 }
 
 BOOST_AUTO_TEST_CASE(comparisons_and_errors) {
