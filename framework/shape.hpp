@@ -87,7 +87,7 @@ class Shape {
   template <class It, if_iterator<It> = 0> void assign(It first, It last) {
     if constexpr (std::is_base_of_v<std::forward_iterator_tag, typename std::iterator_traits<It>::iterator_category>) {
       const auto n = size_type(std::distance(first, last));
-      if (n > max_size()) throw std::length_error("Shape: more than 2^32 - 1 dims");
+      if (n > max_size()) too_long();
       reserve_discarding(n);
       if constexpr (std::is_pointer_v<It>) {
         if (n) std::memmove(data_, &*first, n * sizeof(std::size_t));  // may be a range of itself
@@ -206,6 +206,7 @@ class Shape {
   friend void swap(Shape& a, Shape& b) noexcept { a.swap(b); }
 
  private:
+  [[noreturn]] static void too_long() { throw std::length_error("Shape: more than 2^32 - 1 dims"); }
   size_type checked(size_type i) const {
     if (i >= size_) throw std::out_of_range("Shape::at: index out of range");
     return i;
@@ -228,7 +229,7 @@ class Shape {
   // Room for n dims (at least doubling the capacity when growing, exactly n when `keep` is
   // false: then the current dims are not copied over, as for assign).
   void grow(size_type n, bool keep) {
-    if (n > max_size()) throw std::length_error("Shape: more than 2^32 - 1 dims");
+    if (n > max_size()) too_long();
     const size_type cap = keep ? std::max<size_type>(n, std::min<size_type>(2 * size_type(capacity_), max_size())) : n;
     auto* p = new std::size_t[cap];
     if (keep) std::copy(data_, data_ + size_, p);
@@ -241,7 +242,7 @@ class Shape {
   // Opens n slots at pos; returns pos's index. length_error past max_size(), as std::vector.
   size_type make_gap(const_iterator pos, size_type n) {
     const size_type i = size_type(pos - data_);
-    if (n > max_size() - size_) throw std::length_error("Shape: more than 2^32 - 1 dims");
+    if (n > max_size() - size_) too_long();
     if (n == 0) return i;
     if (size_ + n > capacity_) grow(size_ + n, true);
     std::memmove(data_ + i + n, data_ + i, (size_ - i) * sizeof(std::size_t));
