@@ -5,8 +5,9 @@
 // rows; GEMMs read and write it in place through their leading dimension (ld = H*w, or
 // 3*H*D for packed qkv), so heads are never split or merged by copies.
 //
-// For each (b, h) and each block of 64 query rows [r0, r1) (r rows; with is_causal only keys
-// [0, c) with c = min(S, r1) can be visible, so the masked future is not computed):
+// For each (b, h) and each block of 64 query rows [r0, r1) (r rows; only keys [0, c) can be
+// visible: c = S, or min(S, r1) with is_causal, and at most 1 + batch b's last key that is not
+// key padding; the masked future and trailing padding are not computed):
 //   forward                                        shapes
 //     X  = scale Q K^T                             (r, c)    gemm, into a per-thread scratch
 //     X  = row softmax(X + float_mask), masked     (r, c)    also saves m = row max, l = 1 / row sum
@@ -74,6 +75,9 @@ struct MaskView {
   const T* add = nullptr;
   std::array<std::size_t, 4> as{};
   bool causal = false;
+  // With a key padding mask: per batch, 1 + the last key that is not padding (0 if none).
+  // Every later key is masked for every query, so no row block computes it.
+  std::vector<std::size_t> key_end;
 };
 
 std::array<std::size_t, 4> strides4(const Shape& s, const Shape& full) {
@@ -86,7 +90,16 @@ MaskView<T> mask_view(const AttentionMasks& m, const Dims& d) {
   const Shape full{d.B, d.H, d.T, d.S};
   MaskView<T> v;
   if (m.mask.defined()) v.mask = m.mask.data<bool>(), v.ms = strides4(m.mask.shape(), full);
-  if (m.key_padding_mask.defined()) v.padding = m.key_padding_mask.data<bool>();
+  if (m.key_padding_mask.defined()) {
+    v.padding = m.key_padding_mask.data<bool>();
+    v.key_end.assign(d.B, 0);
+    for (std::size_t b = 0; b < d.B; ++b)
+      for (std::size_t s = d.S; s-- > 0;)
+        if (!v.padding[b * d.S + s]) {
+          v.key_end[b] = s + 1;
+          break;
+        }
+  }
   if (m.float_mask.defined()) v.add = value<T>(m.float_mask).data(), v.as = strides4(m.float_mask.shape(), full);
   v.causal = m.is_causal;
   return v;
@@ -284,11 +297,13 @@ void softmax_grad_rows(const T* P, std::size_t ldp, T* G, std::size_t r, std::si
 // Multiply-adds of one head's forward (the GEMMs; the softmax is of the order T S).
 std::size_t head_cost(const Dims& d) { return d.T * d.S * (d.D + d.Dv + 1); }
 
-// Keys [0, c) a row block ending at query row r1 computes: with is_causal the later keys are
-// the masked future of every row in it.
+// Keys [0, c) a row block of batch b ending at query row r1 computes: with is_causal the
+// later keys are the masked future of every row in it; keys after batch b's last unpadded
+// key are padding for every row.
 template <class T>
-std::size_t block_keys(const Dims& d, const MaskView<T>& m, std::size_t r1) {
-  return m.causal ? std::min(d.S, r1) : d.S;
+std::size_t block_keys(const Dims& d, const MaskView<T>& m, std::size_t b, std::size_t r1) {
+  const std::size_t c = m.causal ? std::min(d.S, r1) : d.S;
+  return m.key_end.empty() ? c : std::min(c, m.key_end[b]);
 }
 
 // out (B, T, H*Dv) and the row statistics stats (B, H, T, 2) = (max, 1 / sum) of every
@@ -304,7 +319,7 @@ void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const 
     for (std::size_t bh = begin; bh < end; ++bh) {
       const std::size_t b = bh / d.H, h = bh % d.H;
       for (std::size_t r0 = 0; r0 < d.T; r0 += kRowBlock) {
-        const std::size_t r1 = std::min(d.T, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, r1);
+        const std::size_t r1 = std::min(d.T, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, b, r1);
         T* const P = saved ? saved + (bh * d.T + r0) * d.S : scratch.get();
         const std::size_t ldp = saved ? d.S : c;
         detail::gemm<T>(false, true, r, c, d.D, scale, q.at(b, h, r0), q.ld, k.at(b, h), k.ld, T(0), P, ldp);
@@ -330,14 +345,14 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
       const std::size_t b = bh / d.H, h = bh % d.H;
       // Row blocks from the last: its keys [0, c) include every earlier block's, so its
       // GEMMs initialise dK, dV (beta 0) and the rest accumulate; keys no query sees get 0.
-      const std::size_t c_all = d.T == 0 ? 0 : block_keys(d, m, d.T);
+      const std::size_t c_all = d.T == 0 ? 0 : block_keys(d, m, b, d.T);
       for (std::size_t s = c_all; s < d.S; ++s) {
         if (dk.base) std::fill_n(dk.at(b, h, s), d.D, T(0));
         if (dv.base) std::fill_n(dv.at(b, h, s), d.Dv, T(0));
       }
       for (std::size_t blk = (d.T + kRowBlock - 1) / kRowBlock; blk-- > 0;) {
         const std::size_t r0 = blk * kRowBlock;
-        const std::size_t r1 = std::min(d.T, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, r1);
+        const std::size_t r1 = std::min(d.T, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, b, r1);
         const T beta = r1 == d.T ? T(0) : T(1);
         const T* dO = dout.at(b, h, r0);
         const T* Pr = saved ? saved + (bh * d.T + r0) * d.S : P.get();

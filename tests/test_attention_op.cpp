@@ -171,6 +171,18 @@ BOOST_AUTO_TEST_CASE(fused_matches_reference_forward_and_backward) {
   padded.key_padding_mask = bool_tensor({false, true, false, true, true, true, true, true}, {2, 4});  // batch 1 all padding
   padded.is_causal = true;
   check_against_reference({2, 4, 4, 2, 2, 2}, padded, rng);
+  // Trailing key padding over several row blocks: keys after a batch's last unpadded key are
+  // not computed (batch 0 from key 70, batch 1 from key 30, with an inner padded key 5),
+  // with and without the causal skip.
+  std::vector<bool> tail(2 * 100);
+  for (std::size_t s = 0; s < 100; ++s) tail[s] = s >= 70, tail[100 + s] = s >= 30 || s == 5;
+  for (bool causal : {false, true}) {
+    AttentionMasks trailing;
+    trailing.key_padding_mask = bool_tensor(tail, {2, 100});
+    trailing.is_causal = causal;
+    check_against_reference({2, 100, 100, 2, 3, 3}, trailing, rng);
+    check_against_reference({2, 130, 100, 1, 2, 3}, trailing, rng);  // more queries than keys
+  }
   AttentionMasks per_head;  // (B, H, T, S) mask
   std::vector<bool> bits(2 * 2 * 3 * 5);
   for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = (i * 7 + 3) % 4 == 0;
