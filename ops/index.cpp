@@ -3,8 +3,11 @@
 //   embedding:     y[i, :] = W[idx[i], :]                     dW = embedding_backward(g, idx, N)
 //   gather:        y[.., j, ..] = x[.., index[.., j, ..], ..]  dx = scatter_add(0, axis, index, g)
 //   scatter_add:   y = x;  y[.., index[.., j, ..], ..] += src  dx = g, dsrc = gather(g, axis, index)
-//   index_select:  y[o, j, r] = x[o, index[j], r]             dx = index_add(0, axis, index, g)
+//   index_select:  y[o, j, r] = x[o, index[j], r]             dx = index_add_zeros(X, axis, index, g)
 //   index_add:     y = x;  y[o, index[j], r] += src[o, j, r]  dx = g, dsrc = index_select(g, axis, index)
+//   index_add_zeros: y = 0; y[o, index[j], r] += src[o, j, r]  dsrc = index_select(g, axis, index)
+//   pack_rows:     y[j, f] = x[index[j], f]  (x (rows..., F))   dx = unpack_rows(g, index, rows)
+//   unpack_rows:   y = 0 (rows..., F); y[index[j], f] += src[j, f]  dsrc = pack_rows(g, index)
 //   topk values:   a gather at the selected positions          dx = scatter_add(0, axis, indices, g)
 // argmax / argmin / topk indices are Int64 and never recorded.
 #include <algorithm>
@@ -459,7 +462,7 @@ Tensor index_select(const Tensor& x_in, long axis, const Tensor& index_in) {
       static_cast<const ArrayVariant&>(*x.impl()->value));
   if (is_float(x.dtype()))
     y = record(op, y, {x}, [ax, index](const Node& n, const Tensor& g) -> std::vector<Tensor> {
-      return {index_add(zeros(n.input(0).shape(), g.dtype()), long(ax), index, g)};
+      return {index_add_zeros(n.input(0).shape(), long(ax), index, g)};
     });
   return x_in.dim() == 0 && index_in.dim() == 0 ? reshape(y, {}) : y;
 }
@@ -497,6 +500,130 @@ Tensor index_add(const Tensor& x, long axis, const Tensor& index_in, const Tenso
   if (!is_float(x.dtype())) return y;
   return record(op, y, {x, src}, [ax, index](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {n.needs_grad(0) ? g : Tensor(), n.needs_grad(1) ? index_select(g, long(ax), index) : Tensor()};
+  });
+}
+
+namespace {
+// out (outer, n, row) = 0 except out[o, index[j], :] += src[o, j, :] (src (outer, m, row)).
+// Strictly increasing indices write each row at most once: copied, the others zeroed.
+template <class T>
+void add_rows_into_zeros(T* out, const T* src, const std::int64_t* index, std::size_t m, std::size_t outer,
+                         std::size_t n, std::size_t row) {
+  bool increasing = true;
+  for (std::size_t j = 1; j < m && increasing; ++j) increasing = index[j] > index[j - 1];
+  for (std::size_t o = 0; o < outer; ++o) {
+    T* block = out + o * n * row;
+    const T* from = src + o * m * row;
+    if (increasing) {
+      std::size_t next = 0;  // first row of block not yet written
+      for (std::size_t j = 0; j < m; ++j) {
+        const std::size_t at = std::size_t(index[j]);
+        std::fill(block + next * row, block + at * row, T(0));
+        std::copy_n(from + j * row, row, block + at * row);
+        next = at + 1;
+      }
+      std::fill(block + next * row, block + n * row, T(0));
+    } else {
+      std::fill(block, block + n * row, T(0));
+      for (std::size_t j = 0; j < m; ++j) {
+        T* to = block + std::size_t(index[j]) * row;
+        for (std::size_t r = 0; r < row; ++r) to[r] = add_wrapping(to[r], from[j * row + r]);
+      }
+    }
+  }
+}
+
+void check_addable_src(const char* op, const Tensor& src) {
+  check_defined(op, "src", src);
+  if (src.dtype() == DType::Bool)
+    throw_error<DTypeError>(op, "argument 'src' must be float32, float64 or int64, got bool of shape ", src.shape());
+}
+
+// The 1-D (or rank-0) Int64 index of rows, each in [0, n) ("<what> of <shape>" in messages).
+Tensor check_row_index(const char* op, const Tensor& index, std::size_t n, const char* what, const Shape& shape) {
+  check_int64(op, "index", index);
+  if (index.dim() > 1) throw_error<ShapeError>(op, "argument 'index' ", index.shape(), " must be 1-D (or rank 0)");
+  check_index_values(op, "index", index, n, what, shape);
+  return index.dim() == 0 ? reshape(index, {1}) : index;
+}
+}  // namespace
+
+Tensor index_add_zeros(const Shape& shape, long axis, const Tensor& index_in, const Tensor& src) {
+  const char* op = "index_add_zeros";
+  check_addable_src(op, src);
+  if (shape.empty()) return index_add(zeros(shape, src.dtype()), axis, index_in, src);  // rank 0: as index_add
+  const std::size_t ax = normalize_axis(op, axis, shape);
+  const std::string what = "axis " + std::to_string(ax) + " of argument 'shape' ";
+  const Tensor index = check_row_index(op, index_in, shape[ax], what.c_str(), shape);
+  const std::size_t m = index.numel();
+  Shape expect = shape;
+  expect[ax] = m;
+  if (src.shape() != expect)
+    throw_error<ShapeError>(op, "argument 'src' ", src.shape(), " must be ", expect, " (argument 'shape' ", shape,
+                            " with axis ", axis, " of the size of argument 'index' ", index_in.shape(), ")");
+  const auto s = detail::split_at(shape, ax);
+  Tensor y = dispatch_numeric(src, [&](auto zero) {
+    using T = decltype(zero);
+    Tensor out = empty_tensor<T>(shape, op);
+    add_rows_into_zeros(fresh_value<T>(out).data(), value<T>(src).data(), index.data<std::int64_t>(), m, s.outer, s.n,
+                        s.inner);
+    return out;
+  });
+  if (!is_float(src.dtype())) return y;
+  return record(op, y, {src}, [ax, index](const Node&, const Tensor& g) -> std::vector<Tensor> {
+    return {index_select(g, long(ax), index)};
+  });
+}
+
+// --- pack_rows / unpack_rows ---------------------------------------------------------------
+
+Tensor pack_rows(const Tensor& x, const Tensor& index_in) {
+  const char* op = "pack_rows";
+  check_defined(op, "x", x);
+  if (x.dim() < 2)
+    throw_error<ShapeError>(op, "argument 'x' ", x.shape(), " must have rank >= 2 (rows..., F)");
+  const std::size_t F = x.shape().back(), R = F ? x.numel() / F : numel(Shape(x.shape().begin(), x.shape().end() - 1));
+  const Tensor index = check_row_index(op, index_in, R, "the rows of argument 'x' ", x.shape());
+  const std::size_t m = index.numel();
+  Tensor y = std::visit(
+      [&](const auto& vx) {
+        using T = typename std::decay_t<decltype(vx)>::value_type;
+        const T* px = vx.data();
+        const std::int64_t* pi = index.data<std::int64_t>();
+        Tensor out = empty_tensor<T>({m, F}, op);
+        T* po = fresh_value<T>(out).data();
+        for (std::size_t j = 0; j < m; ++j) std::copy_n(px + std::size_t(pi[j]) * F, F, po + j * F);
+        return out;
+      },
+      static_cast<const ArrayVariant&>(*x.impl()->value));
+  if (!is_float(x.dtype())) return y;
+  return record(op, y, {x}, [index](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    const Shape& xs = n.input(0).shape();
+    return {unpack_rows(g, index, Shape(xs.begin(), xs.end() - 1))};
+  });
+}
+
+Tensor unpack_rows(const Tensor& y, const Tensor& index_in, const Shape& rows) {
+  const char* op = "unpack_rows";
+  check_addable_src(op, y);
+  if (y.dim() != 2) throw_error<ShapeError>(op, "argument 'src' ", y.shape(), " must be (N, F)");
+  const std::size_t R = numel(rows), F = y.shape()[1];
+  const Tensor index = check_row_index(op, index_in, R, "the rows of argument 'rows' ", rows);
+  const std::size_t m = index.numel();
+  if (y.shape()[0] != m)
+    throw_error<ShapeError>(op, "argument 'src' ", y.shape(), " must have one row per entry of argument 'index' ",
+                            index_in.shape());
+  Shape out_shape = rows;
+  out_shape.push_back(F);
+  Tensor out = dispatch_numeric(y, [&](auto zero) {
+    using T = decltype(zero);
+    Tensor t = empty_tensor<T>(out_shape, op);
+    add_rows_into_zeros(fresh_value<T>(t).data(), value<T>(y).data(), index.data<std::int64_t>(), m, 1, R, F);
+    return t;
+  });
+  if (!is_float(y.dtype())) return out;
+  return record(op, out, {y}, [index](const Node&, const Tensor& g) -> std::vector<Tensor> {
+    return {pack_rows(g, index)};
   });
 }
 
@@ -564,6 +691,27 @@ XGRAD_REGISTER_OP({"index_add", [](const auto& x) { return index_add(x[0], long(
                              {"x (2,3,4) axis -1, src (2,3,2)",
                               {sample_randn({2, 3, 4}, r), sample_randn({2, 3, 2}, r), index_tensor({3, 3}, {2}),
                                scalar(-1, DType::Int64)}}};
+                   }});
+XGRAD_REGISTER_OP({"index_add_zeros", [](const auto& x) { return index_add_zeros({3, 4}, 0, x[1], x[0]); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"shape (3,4) axis 0, src (4,4), index (4) with repeats",
+                              {sample_randn({4, 4}, r), index_tensor({2, 0, 2, 1}, {4})}},
+                             {"shape (3,4) axis 0, src (2,4), index (2) increasing with a gap",
+                              {sample_randn({2, 4}, r), index_tensor({0, 2}, {2})}}};
+                   }});
+XGRAD_REGISTER_OP({"index_add_zeros(axis -1)", [](const auto& x) { return index_add_zeros({2, 3, 4}, -1, x[1], x[0]); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"shape (2,3,4), src (2,3,2), index (2) increasing", {sample_randn({2, 3, 2}, r), index_tensor({1, 3}, {2})}}};
+                   }});
+XGRAD_REGISTER_OP({"pack_rows", [](const auto& x) { return pack_rows(x[0], x[1]); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"x (2,3,4), index (4) increasing", {sample_randn({2, 3, 4}, r), index_tensor({0, 2, 3, 5}, {4})}},
+                             {"x (3,2), index (3) with repeats", {sample_randn({3, 2}, r), index_tensor({2, 0, 2}, {3})}}};
+                   }});
+XGRAD_REGISTER_OP({"unpack_rows", [](const auto& x) { return unpack_rows(x[0], x[1], {2, 3}); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     return {{"src (3,4) into (2,3,4), index increasing", {sample_randn({3, 4}, r), index_tensor({0, 4, 5}, {3})}},
+                             {"src (3,2) into (2,3,2), index with repeats", {sample_randn({3, 2}, r), index_tensor({1, 1, 0}, {3})}}};
                    }});
 XGRAD_REGISTER_OP({"topk(k 2)", [](const auto& x) { return topk(x[0], 2).values; },
                    [](Rng& r) -> std::vector<OpSample> {

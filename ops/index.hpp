@@ -7,6 +7,8 @@
 // Differentiable pairs, each the other's adjoint, so everything here is differentiable twice:
 //   gather       <-> scatter_add      (torch.gather / Tensor.scatter_add)
 //   index_select <-> index_add        (torch.index_select / Tensor.index_add)
+//   index_select <-> index_add_zeros  (index_add into zeros, the zeros never made)
+//   pack_rows    <-> unpack_rows      (the same over a tensor's leading axes merged)
 //   embedding    <-> embedding_backward
 // topk's values are differentiable (their backward is gather's); indices never are.
 #pragma once
@@ -80,5 +82,23 @@ Tensor index_select(const Tensor& x, long axis, const Tensor& index);
 // with axis size len(index), x's dtype (float or Int64). Differentiable in x and src:
 //   dx = g,  dsrc = index_select(g, axis, index).
 Tensor index_add(const Tensor& x, long axis, const Tensor& index, const Tensor& src);
+// index_add(zeros(shape, src.dtype()), axis, index, src) without making and copying the
+// zeros: a tensor of `shape` that is 0 except y[..., index[j], ...] += src[..., j, ...] (src is
+// `shape` with axis size len(index); float or Int64). index_select's adjoint, and the other
+// way round: differentiable in src, dsrc = index_select(g, axis, index). Errors as
+// index_add's, naming argument 'shape' for x.
+Tensor index_add_zeros(const Shape& shape, long axis, const Tensor& index, const Tensor& src);
+
+// --- pack_rows / unpack_rows ----------------------------------------------------------------
+// The rows of x (rows..., F), its leading axes taken as one axis of numel(rows) rows, at a 1-D
+// Int64 index: pack_rows(x, index) (len(index), F) = x's rows index[j] (index_select over the
+// merged axes, no reshape copy); unpack_rows(src (N, F), index (N), rows) (rows..., F) is 0
+// except the rows index[j] += src[j] (index_add_zeros over them). Each is the other's
+// adjoint: differentiable in x / src, twice. x any dtype for pack_rows; src float or Int64.
+// Padded batches run on their real positions (UnpaddedRows in models/attention.hpp).
+// Errors: IndexError for an index outside the rows, ShapeError for x of rank < 2, src not
+// (len(index), F) or an index of rank > 1, DTypeError for a non-Int64 index or bool src.
+Tensor pack_rows(const Tensor& x, const Tensor& index);
+Tensor unpack_rows(const Tensor& src, const Tensor& index, const Shape& rows);
 
 }  // namespace xgrad

@@ -553,6 +553,51 @@ BOOST_AUTO_TEST_CASE(gather_against_a_plain_loop_any_dtype) {
   BOOST_TEST(shape_str(index_select(f64({1, 2, 3, 4}, {2, 2}), 1, index_tensor({1}, {})).shape()) == "(2, 1)");
 }
 
+// index_add_zeros is index_add into zeros, bit for bit: increasing indices with gaps (the
+// copy path), repeats and a decreasing order (the add path), an inner axis, Int64, rank 0.
+BOOST_AUTO_TEST_CASE(index_add_zeros_is_index_add_into_zeros) {
+  Rng rng(31);
+  struct Case {
+    Shape shape;
+    long axis;
+    IVec index;
+  };
+  const Case cases[] = {{{5, 3}, 0, {0, 2, 3}}, {{5, 3}, 0, {1, 4}}, {{5, 3}, 0, {4, 1, 4, 0}},
+                        {{2, 4, 3}, 1, {3, 0}},  {{2, 4, 3}, -1, {0, 1, 2}}, {{4, 2}, 0, {}}};
+  for (const Case& c : cases) {
+    Shape src_shape = c.shape;
+    src_shape[normalize_axis("t", c.axis, c.shape)] = c.index.size();
+    const Tensor idx = index_tensor(c.index, {c.index.size()});
+    for (DType dt : {DType::Float32, DType::Float64}) {
+      const Tensor src = randn(src_shape, rng, dt);
+      BOOST_TEST(test::same_bits(index_add_zeros(c.shape, c.axis, idx, src), index_add(zeros(c.shape, dt), c.axis, idx, src)),
+                 shape_str(c.shape) << " axis " << c.axis);
+    }
+    const Tensor isrc = index_tensor(IVec(numel(src_shape), 7), src_shape);
+    BOOST_TEST(ints_of(index_add_zeros(c.shape, c.axis, idx, isrc)) ==
+                   ints_of(index_add(index_tensor(IVec(numel(c.shape), 0), c.shape), c.axis, idx, isrc)),
+               boost::test_tools::per_element());
+  }
+  BOOST_TEST(index_add_zeros({}, 0, index_tensor({0}, {}), scalar(2.5, DType::Float64)).item() == 2.5);
+  // Differentiable in src, twice (index_select is its adjoint and the other way round).
+  const Tensor src = test::leaf(Vec{1, -2, 3, 0.5, 2, -1}, {3, 2});
+  const auto f = [](const std::vector<Tensor>& in) {
+    const Tensor y = index_add_zeros({4, 2}, 0, index_tensor({3, 0, 3}, {3}), in[0]);
+    return mul(y, y);
+  };
+  auto r = gradgradcheck(f, {src}, {"index_add_zeros squared"});
+  BOOST_TEST(r.ok, r.message);
+  // Errors, nothing made.
+  check_throws<IndexError>([] { index_add_zeros({3, 2}, 0, index_tensor({3}, {1}), f64({1, 2}, {1, 2})); },
+                           {"index_add_zeros", "index 3", "'shape' (3, 2)", "0 to 2"});
+  check_throws<ShapeError>([] { index_add_zeros({3, 2}, 0, index_tensor({0, 1}, {2}), f64({1, 2}, {1, 2})); },
+                           {"index_add_zeros", "'src' (1, 2)", "(2, 2)", "'shape' (3, 2)"});
+  check_throws<DTypeError>([] { index_add_zeros({3}, 0, index_tensor({0}, {1}), bool_tensor({true}, {1})); },
+                           {"index_add_zeros", "'src'", "bool"});
+  check_throws<DTypeError>([] { index_add_zeros({3}, 0, f64({0}, {1}), f64({1}, {1})); }, {"index_add_zeros", "'index'", "int64"});
+  check_throws<IndexError>([] { index_add_zeros({3}, 1, index_tensor({0}, {1}), f64({1}, {1})); }, {"index_add_zeros"});
+}
+
 BOOST_AUTO_TEST_CASE(gather_family_errors_name_the_index_and_its_position) {
   Tensor x = f64({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4});
   check_throws<IndexError>([&] { gather(x, 1, index_tensor({0, 1, 4, 0}, {2, 2})); },
