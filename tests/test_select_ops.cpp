@@ -598,6 +598,27 @@ BOOST_AUTO_TEST_CASE(index_add_zeros_is_index_add_into_zeros) {
   check_throws<IndexError>([] { index_add_zeros({3}, 1, index_tensor({0}, {1}), f64({1}, {1})); }, {"index_add_zeros"});
 }
 
+// pack_rows / unpack_rows: index_select / index_add_zeros over the merged leading axes.
+BOOST_AUTO_TEST_CASE(pack_rows_and_unpack_rows) {
+  Rng rng(32);
+  const Tensor x = randn({2, 3, 4}, rng, DType::Float64), idx = index_tensor({0, 2, 5}, {3});
+  BOOST_TEST(test::same_bits(pack_rows(x, idx), index_select(reshape(x, {6, 4}), 0, idx)));
+  const Tensor y = randn({3, 4}, rng, DType::Float64);
+  BOOST_TEST(test::same_bits(unpack_rows(y, idx, {2, 3}), reshape(index_add_zeros({6, 4}, 0, idx, y), {2, 3, 4})));
+  BOOST_TEST(ints_of(pack_rows(index_tensor({1, 2, 3, 4, 5, 6}, {3, 2}), index_tensor({2, 0}, {2}))) == (IVec{5, 6, 1, 2}),
+             boost::test_tools::per_element());
+  BOOST_TEST(bools_of(pack_rows(bool_tensor({true, false, false, true}, {2, 2}), index_tensor({1}, {1}))) ==
+                 (std::vector<bool>{false, true}),
+             boost::test_tools::per_element());
+  check_throws<ShapeError>([&] { pack_rows(f64({1, 2}, {2}), index_tensor({0}, {1})); }, {"pack_rows", "'x' (2)", "rank >= 2"});
+  check_throws<IndexError>([&] { pack_rows(x, index_tensor({6}, {1})); }, {"pack_rows", "index 6", "'x' (2, 3, 4)", "0 to 5"});
+  check_throws<ShapeError>([&] { unpack_rows(y, index_tensor({0, 1}, {2}), {2, 3}); }, {"unpack_rows", "'src' (3, 4)", "'index' (2)"});
+  check_throws<IndexError>([&] { unpack_rows(y, index_tensor({0, 1, 6}, {3}), {2, 3}); },
+                           {"unpack_rows", "index 6", "'rows' (2, 3)"});
+  check_throws<ShapeError>([&] { unpack_rows(x, idx, {2, 3}); }, {"unpack_rows", "'src' (2, 3, 4)", "(N, F)"});
+  check_throws<DTypeError>([&] { unpack_rows(bool_tensor({true}, {1, 1}), index_tensor({0}, {1}), {1}); }, {"unpack_rows", "bool"});
+}
+
 BOOST_AUTO_TEST_CASE(gather_family_errors_name_the_index_and_its_position) {
   Tensor x = f64({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4});
   check_throws<IndexError>([&] { gather(x, 1, index_tensor({0, 1, 4, 0}, {2, 2})); },
