@@ -315,6 +315,72 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& query, const Tensor& k
   return attend(q, k, v, masks, opt, unbatched, S + extra_keys);
 }
 
+UnpaddedRows UnpaddedRows::of(const Tensor& m) {
+  const char* op = "UnpaddedRows";
+  if (!m.defined() || m.dtype() != DType::Bool)
+    throw_error<DTypeError>(op, "argument 'key_padding_mask' must be bool (B, T), got ",
+                            m.defined() ? dtype_name(m.dtype()) : "an undefined tensor");
+  check_rank(op, "key_padding_mask", m, 2, "(B, T)");
+  UnpaddedRows r;
+  r.key_padding_mask = m;
+  r.batch = m.shape()[0], r.length = m.shape()[1];
+  const bool* pad = m.data<bool>();
+  std::vector<std::int64_t> index;
+  index.reserve(m.numel());
+  for (std::size_t i = 0; i < m.numel(); ++i)
+    if (!pad[i]) index.push_back(std::int64_t(i));
+  const std::size_t n = index.size();
+  r.index = index_tensor(std::move(index), {n});
+  return r;
+}
+
+Tensor UnpaddedRows::pack_rows(const Tensor& x) const {
+  const char* op = "UnpaddedRows::pack_rows";
+  if (!x.defined() || x.dim() != 3 || x.shape()[0] != batch || x.shape()[1] != length)
+    throw_error<ShapeError>(op, "argument 'x' must be (", batch, ", ", length, ", F) for the key padding mask ",
+                            key_padding_mask.shape(), ", got ", x.defined() ? shape_str(x.shape()) : "undefined");
+  return xgrad::pack_rows(x, index);
+}
+
+Tensor UnpaddedRows::unpack_rows(const Tensor& y) const {
+  const char* op = "UnpaddedRows::unpack_rows";
+  if (!y.defined() || y.dim() != 2 || y.shape()[0] != rows())
+    throw_error<ShapeError>(op, "argument 'y' must be (", rows(), ", F) (the unpadded positions of the mask ",
+                            key_padding_mask.shape(), "), got ", y.defined() ? shape_str(y.shape()) : "undefined");
+  return xgrad::unpack_rows(y, index, {batch, length});
+}
+
+AttentionOutput MultiHeadAttention::forward_unpadded(const Tensor& x, const UnpaddedRows& rows,
+                                                     const AttentionOptions& opt) {
+  const char* op = "MultiHeadAttention::forward_unpadded";
+  const std::size_t E = embed_dim, B = rows.batch, T = rows.length;
+  if (opt.key_padding_mask.defined())
+    throw_error<ValueError>(op, "options.key_padding_mask must be undefined: the keys are masked by the rows' mask ",
+                            rows.key_padding_mask.shape());
+  check_float(op, "x", x);
+  if (x.dim() != 2 || x.shape()[0] != rows.rows() || x.shape()[1] != E)
+    throw_error<ShapeError>(op, "argument 'x' must be (", rows.rows(), ", ", E, ") (the unpadded rows of ",
+                            rows.key_padding_mask.shape(), "), got ", x.shape());
+  AttentionOptions with_mask = opt;
+  with_mask.key_padding_mask = rows.key_padding_mask;
+  const bool fused = !opt.need_weights && !(attn_drop.training() && attn_drop.p > 0) && in_proj_weight.defined() &&
+                     !bias_k.defined() && !options.add_zero_attn();
+  if (!fused) {  // forward on the unpacked batch, in the module's layout
+    const bool bf = options.batch_first();
+    AttentionOutput a = forward(from_batch_first(rows.unpack_rows(x), false, bf), with_mask);
+    return {rows.pack_rows(to_batch_first(a.output, false, bf)), a.weights};
+  }
+  const DType dt = out_proj.weight.dtype();
+  if (x.dtype() != dt)
+    throw_error<DTypeError>(op, "argument 'x' ", x.shape(), " is ", dtype_name(x.dtype()), " but the parameters are ",
+                            dtype_name(dt), " (convert the input, or the module with to())");
+  const AttentionMasks masks = attention_masks(op, opt.attn_mask, rows.key_padding_mask, opt.is_causal,
+                                               {B, num_heads, T, T}, dt);
+  // x (N, E) -> qkv (N, 3E) -> zero padding rows (B, T, 3E) -> attention (B, T, E) -> (N, E)
+  const Tensor qkv = rows.unpack_rows(linear(x, in_proj_weight, in_proj_bias));
+  return {out_proj.forward(rows.pack_rows(attention_packed(qkv, num_heads, masks))), Tensor()};
+}
+
 Tensor MultiHeadAttention::project(std::size_t which, const Tensor& x) const {
   const std::size_t E = embed_dim;
   const Tensor b = in_proj_bias.defined() ? narrow(in_proj_bias, 0, which * E, E) : Tensor();

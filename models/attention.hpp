@@ -64,6 +64,25 @@ struct AttentionOutput {
                    // (T, S') or (H, T, S'); S' counts the keys added by add_bias_kv / add_zero_attn
 };
 
+// The real (non-padding) positions of a padded batch, for running it on those rows only
+// (TransformerConfig::skip_padding; BERT-style "unpadding"). From a bool key padding mask
+// (B, T), true = padding:
+//   index  Int64 (N): the flat positions b*T + t where the mask is false, increasing;
+//   pack_rows(x (B, T, F)) = x's rows at index (N, F); unpack_rows(y (N, F)) = (B, T, F) with
+//   y's rows at index and zeros at the padding positions. Each is the other's adjoint, so both
+//   are differentiable (index_select / index_add). A fully padded batch gives N = 0.
+// Errors: DTypeError unless the mask is bool, ShapeError unless it is (B, T); ShapeError in
+// pack_rows / unpack_rows for an x of another (B, T) or N, naming the op and the shapes.
+struct UnpaddedRows {
+  static UnpaddedRows of(const Tensor& key_padding_mask);
+  Tensor pack_rows(const Tensor& x) const;
+  Tensor unpack_rows(const Tensor& y) const;
+  std::size_t rows() const { return index.numel(); }
+  Tensor index;
+  Tensor key_padding_mask;  // the (B, T) mask, as given
+  std::size_t batch = 0, length = 0;
+};
+
 // torch::nn::MultiheadAttentionOptions: required embed_dim, num_heads; the rest by name.
 // Sizes are Counts (a double or a bool does not compile); embed_dim, num_heads >= 1 and
 // 0 <= dropout < 1 are checked here, kdim, vdim >= 0: ValueError naming MultiHeadAttention.
@@ -202,6 +221,18 @@ class MultiHeadAttention : public Module {
   // Errors: ValueError when length + t would exceed the cache's max_len (nothing appended),
   // ShapeError / DTypeError for x or a mask, or a batch other than the cache's.
   AttentionOutput forward_cached(const Tensor& x, KVCache& cache, const AttentionOptions& options = {});
+
+  // Self-attention of a padded batch run on its real positions only: x (N, E) holds the rows
+  // of the batch-first (B, T, E) input at rows.index (rows.pack_rows of it). Returns (N, E):
+  // forward's output at those positions for a batch whose keys are masked by
+  // rows.key_padding_mask (to float rounding); its padding rows never reach a query.
+  // The projections run on the N rows; the attention op on (B, T) with q, k, v zero at the
+  // padding rows. options: attn_mask and is_causal as forward's; options.key_padding_mask
+  // must be undefined (the mask is rows'; ValueError otherwise). need_weights, active dropout
+  // on the weights, separate q/k/v weights, add_bias_kv or add_zero_attn run forward on the
+  // unpacked batch instead (same result, no saving); the weights are then forward's (B, ...).
+  // Errors: ShapeError naming the op unless x is (rows.rows(), E); as forward's for the masks.
+  AttentionOutput forward_unpadded(const Tensor& x, const UnpaddedRows& rows, const AttentionOptions& options = {});
 
   MultiHeadAttentionOptions options;
   std::size_t embed_dim, num_heads, head_dim, kdim, vdim;

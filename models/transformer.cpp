@@ -73,6 +73,10 @@ Tensor TransformerBlock::forward(const Tensor& x, const AttentionOptions& option
   return finish_block(*this, x, attn.forward(ln1.forward(x), options));
 }
 
+Tensor TransformerBlock::forward_unpadded(const Tensor& x, const UnpaddedRows& rows, const AttentionOptions& options) {
+  return finish_block(*this, x, attn.forward_unpadded(ln1.forward(x), rows, options));
+}
+
 Tensor TransformerBlock::forward_step(const Tensor& x, KVCache& cache, const AttentionOptions& options) {
   return finish_block(*this, x, attn.forward_cached(ln1.forward(x), cache, options));
 }
@@ -107,6 +111,13 @@ Tensor TransformerBody::forward(const Tensor& tokens, const AttentionOptions& op
   return ln_f.forward(x);
 }
 
+Tensor TransformerBody::forward_unpadded(const Tensor& tokens, const UnpaddedRows& rows, const AttentionOptions& options) {
+  check_tokens("Transformer", tokens);
+  Tensor x = emb_drop.forward(rows.pack_rows(embed(tokens)));  // (N, E)
+  for (auto& b : blocks) x = b->forward_unpadded(x, rows, options);
+  return ln_f.forward(x);
+}
+
 Tensor TransformerBody::embed(const Tensor& tokens, std::size_t offset) const {
   check_tokens("Transformer", tokens);
   Tensor x = tok_emb.forward(tokens);
@@ -131,9 +142,14 @@ TransformerEncoder::TransformerEncoder(const TransformerConfig& c)
 
 Tensor TransformerEncoder::forward(const Tensor& tokens, const Tensor& key_padding_mask, bool need_weights) {
   AttentionOptions o;
-  o.key_padding_mask = key_padding_mask;
   o.need_weights = need_weights;
   o.average_attn_weights = false;
+  if (body.config.skip_padding && !need_weights && key_padding_mask.defined() &&
+      key_padding_mask.dtype() == DType::Bool && tokens.defined() && key_padding_mask.shape() == tokens.shape()) {
+    const UnpaddedRows rows = UnpaddedRows::of(key_padding_mask);
+    return rows.unpack_rows(head.forward(body.forward_unpadded(tokens, rows, o)));
+  }
+  o.key_padding_mask = key_padding_mask;  // other masks: the full batch (and its errors)
   return head.forward(body.forward(tokens, o));
 }
 

@@ -40,6 +40,10 @@ class TransformerBlock : public Module {
   // Incremental: x (B, t, E) holds the next t positions; attention runs over the cache's
   // positions and x's (MultiHeadAttention::forward_cached; options.is_causal for causality).
   Tensor forward_step(const Tensor& x, KVCache& cache, const AttentionOptions& options);
+  // The block on a padded batch's real positions only: x (N, E) = rows.pack_rows of the
+  // (B, T, E) input; LayerNorms, projections and the feed-forward run on the N rows
+  // (MultiHeadAttention::forward_unpadded). Returns (N, E), forward's rows at rows.index.
+  Tensor forward_unpadded(const Tensor& x, const UnpaddedRows& rows, const AttentionOptions& options = {});
   Tensor operator()(const Tensor& x, const AttentionOptions& options = {}) { return forward(x, options); }
   Tensor last_weights;  // (B, H, T, S) or (B, T, S) when options.need_weights
   LayerNorm ln1;
@@ -67,6 +71,13 @@ struct TransformerConfig {
   std::uint64_t seed = 0;
   bool bias = true;  // false: no bias parameter in any block, ln_f or the head (GPT-2 style)
   bool gelu_approximate_tanh = false;  // true: GELU's tanh approximation in every block (GPT-2)
+  // Encoder only. true: forward with a bool key padding mask runs the embeddings' real
+  // positions only through the blocks, ln_f and the head (UnpaddedRows), and the logits at
+  // padding positions are 0. The logits elsewhere are those of false (to float rounding),
+  // and so are the loss and every gradient of a loss that ignores the padding positions
+  // (cross_entropy with ignore_index there); the work drops with the share of padding.
+  // A loss that reads the padding logits sees constants. need_weights runs as false does.
+  bool skip_padding = false;
 };
 
 // Shared body: token embedding + positions + blocks + final LayerNorm.
@@ -77,6 +88,9 @@ class TransformerBody : public Module {
   Tensor forward(const Tensor& tokens, const AttentionOptions& options);
   Tensor operator()(const Tensor& tokens, const AttentionOptions& options) { return forward(tokens, options); }
   std::vector<Tensor> attention_weights() const;  // per layer, from the last forward with need_weights
+  // forward's hidden states at the real positions only: (rows.rows(), E), rows of tokens (B, T)
+  // (TransformerConfig::skip_padding). ShapeError unless rows are of tokens' (B, T).
+  Tensor forward_unpadded(const Tensor& tokens, const UnpaddedRows& rows, const AttentionOptions& options = {});
   // Token embeddings plus the positions [offset, offset + T) of tokens (B, T) int64, before
   // emb_drop (forward uses offset 0). ValueError when offset + T > config.max_len.
   Tensor embed(const Tensor& tokens, std::size_t offset = 0) const;
@@ -94,7 +108,8 @@ class TransformerBody : public Module {
 class TransformerEncoder : public Module {
  public:
   explicit TransformerEncoder(const TransformerConfig& config);
-  // key_padding_mask (B, T) bool, true = padding; may be undefined.
+  // key_padding_mask (B, T) bool, true = padding; may be undefined. With
+  // config.skip_padding, a bool mask runs the real positions only (see TransformerConfig).
   Tensor forward(const Tensor& tokens, const Tensor& key_padding_mask = Tensor(),
                  bool need_weights = false);
   Tensor operator()(const Tensor& tokens, const Tensor& key_padding_mask = Tensor(), bool need_weights = false) { return forward(tokens, key_padding_mask, need_weights); }
