@@ -77,6 +77,9 @@ struct TransformerConfig {
   // and so are the loss and every gradient of a loss that ignores the padding positions
   // (cross_entropy with ignore_index there); the work drops with the share of padding.
   // A loss that reads the padding logits sees constants. need_weights runs as false does.
+  // per_sample_gradients stays exact but finds no batch axis in the packed rows, so its Auto
+  // method falls back to per-example backwards (reverse model: 629 ms against 31.5 ms with
+  // false, benchmarks/bench_functional): keep false for per-sample gradients.
   bool skip_padding = false;
 };
 

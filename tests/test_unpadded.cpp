@@ -8,6 +8,7 @@
 #include "helpers.hpp"
 #include "xgrad/framework/autograd.hpp"
 #include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/functional.hpp"
 #include "xgrad/framework/gradcheck.hpp"
 #include "xgrad/framework/registry.hpp"
 #include "xgrad/framework/runtime.hpp"
@@ -17,6 +18,7 @@
 #include "xgrad/models/transformer.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/mask.hpp"
+#include "xgrad/ops/reduce.hpp"
 #include "xgrad/ops/shape.hpp"
 
 using namespace xgrad;
@@ -200,6 +202,40 @@ BOOST_AUTO_TEST_CASE(encoder_skip_padding_falls_back_for_other_masks) {
   // A mask of the wrong shape is still forward's ShapeError.
   test::expect_throws([&] { unpadded.forward(b.tokens, bool_tensor({false, true}, {1, 2})); }, "ShapeError",
                       {"key_padding_mask", "(1, 2)"});
+}
+
+// per_sample_gradients on the unpadded model: every method gives the full batch's rows. The
+// packed (N, E) rows have no batch axis, so no parameter is "linear" there (docs: per-sample
+// gradients of a skip_padding model cost per-example backwards).
+BOOST_AUTO_TEST_CASE(per_sample_gradients_match_the_full_batch) {
+  Rng rng(10);
+  const Batch b = make_batch(rng, 7);
+  TransformerEncoder dense(small_config(false)), unpadded(small_config(true));
+  dense.to(DType::Float64), unpadded.to(DType::Float64);
+  auto losses_of = [&](TransformerEncoder& m) {
+    return [&m, &b] {
+      const Tensor logits = m.forward(b.tokens, b.padding);
+      std::vector<Tensor> ls;
+      for (std::size_t i = 0; i < 5; ++i) {
+        const Tensor t = narrow(b.targets, 0, i, 1);
+        // the fully padded row 3 has no target: its loss is 0 (not cross_entropy's 0/0)
+        ls.push_back(i == 3 ? reshape(sum(mul(narrow(logits, 0, i, 1), zeros({1, 6, 7}, DType::Float64))), {1})
+                            : reshape(cross_entropy(narrow(logits, 0, i, 1), t, -100), {1}));
+      }
+      return concat(ls, 0);
+    };
+  };
+  const PerSampleGradients want = per_sample_gradients(dense, losses_of(dense));
+  const PerSampleGradients got = per_sample_gradients(unpadded, losses_of(unpadded));
+  PerSampleOptions loop;
+  loop.method = PerSampleMethod::Loop;
+  const PerSampleGradients got_loop = per_sample_gradients(unpadded, losses_of(unpadded), loop);
+  BOOST_TEST_REQUIRE(got.grads.size() == want.grads.size());
+  for (std::size_t k = 0; k < want.grads.size(); ++k) {
+    BOOST_TEST(allclose(got.grads[k].second, want.grads[k].second, 1e-12, 1e-10), want.grads[k].first << " " << got.methods[k]);
+    BOOST_TEST(allclose(got_loop.grads[k].second, want.grads[k].second, 1e-12, 1e-10), want.grads[k].first);
+  }
+  BOOST_TEST(allclose(got.losses, want.losses, 1e-12, 1e-12));
 }
 
 BOOST_AUTO_TEST_CASE(errors_name_the_op_and_the_shapes) {
