@@ -13,7 +13,10 @@
 //   BM_cblas_mha_gemms/<cfg>  every GEMM the layer performs (forward and backward, the shapes
 //                        below), with raw cblas on preallocated buffers, no softmax: the GEMM floor.
 //   BM_train_step_reverse  one training step of the `reverse` example's default model
-//                        (benchmarks/reverse_step.hpp; compare with torch_mha.py's train_step).
+//                        (benchmarks/reverse_step.hpp; compare with torch_mha.py's train_step),
+//                        which skips the padding positions (TransformerConfig::skip_padding)
+//   BM_train_step_reverse_dense  the same step over every position, padding included, as
+//                        PyTorch's nn.TransformerEncoder trains (skip_padding false)
 //
 // Threads: XGRAD_THREADS=<n> (default 1) sets OpenBLAS's count for the whole run.
 // Times are wall clock (UseRealTime), unit ms.
@@ -172,8 +175,8 @@ void BM_cblas_mha_gemms(benchmark::State& state, MhaConfig c) {
   set_flops(state, mha_flops(c));
 }
 
-void BM_train_step_reverse(benchmark::State& state) {
-  xgrad_bench::ReverseTrainer trainer;
+void BM_train_step_reverse(benchmark::State& state, bool skip_padding) {
+  xgrad_bench::ReverseTrainer trainer(skip_padding);
   for (auto _ : state) {
     xgrad::Tensor loss = trainer.step();
     benchmark::DoNotOptimize(loss.data<float>());
@@ -206,7 +209,10 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark((std::string("BM_cblas_mha_gemms/") + c.name).c_str(), BM_cblas_mha_gemms, c)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("BM_train_step_reverse", BM_train_step_reverse)
+  benchmark::RegisterBenchmark("BM_train_step_reverse", BM_train_step_reverse, true)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("BM_train_step_reverse_dense", BM_train_step_reverse, false)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
   return run_benchmarks(argc, argv);

@@ -42,12 +42,15 @@ inline ReverseBatch make_reverse_batch(xgrad::Rng& rng, std::size_t B) {
           xgrad::index_tensor(tgt, {B, kMaxLen})};
 }
 
-inline xgrad::TransformerConfig reverse_config() {
+// skip_padding: the example's default (TransformerConfig::skip_padding; the blocks run the
+// real positions only). false: every position, as PyTorch's nn.TransformerEncoder trains.
+inline xgrad::TransformerConfig reverse_config(bool skip_padding = true) {
   xgrad::TransformerConfig cfg;
   cfg.vocab_size = 11, cfg.max_len = 16, cfg.embed_dim = 64, cfg.num_heads = 4;
   cfg.ff_hidden = 128, cfg.num_layers = 2, cfg.dropout = 0.0;
   cfg.positional = xgrad::PositionalKind::Learned;
   cfg.seed = 0;
+  cfg.skip_padding = skip_padding;
   return cfg;
 }
 
@@ -55,8 +58,8 @@ class ReverseTrainer {
  public:
   static constexpr std::size_t kBatch = 64, kBatches = 8;
 
-  ReverseTrainer()
-      : model_(reverse_config()),
+  explicit ReverseTrainer(bool skip_padding = true)
+      : model_(reverse_config(skip_padding)),
         optimizer_(model_.named_parameters(), xgrad::AdamWOptions(3e-3).betas(0.9, 0.98).eps(1e-9).weight_decay(0.01)) {
     xgrad::Rng rng(12345);
     for (std::size_t i = 0; i < kBatches; ++i) batches_.push_back(make_reverse_batch(rng, kBatch));

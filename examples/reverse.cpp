@@ -99,7 +99,9 @@ int main(int argc, char** argv) {
   run.add(app, "--layers", cfg.num_layers, "Transformer blocks", examples::whole_number(1, 64));
   run.add(app, "--dim", cfg.embed_dim, "embedding size (a multiple of --heads)", examples::whole_number(1, 4096));
   run.add(app, "--heads", cfg.num_heads, "attention heads", examples::whole_number(1, 256));
-  bool zero = false;
+  bool zero = false, dense = false;
+  run.add_flag(app, "--dense", dense,
+               "run the padding positions through the model too (TransformerConfig::skip_padding false, as PyTorch)");
 #ifdef XGRAD_HAVE_DISTRIBUTED
   app.add_flag("--zero", zero,
                "under mpirun: shard AdamW's state across the ranks (ZeRO-1; the same parameters, bit for bit)");
@@ -130,6 +132,7 @@ int main(int argc, char** argv) {
     if (zero && world == 1) std::cerr << "reverse: --zero has no effect with one rank\n";
     examples::setup_runtime(opt);
     cfg.seed = opt.seed;
+    cfg.skip_padding = !dense;
     if (rank == 0) std::filesystem::create_directories(opt.out);
     const long total = opt.steps;
     TransformerEncoder model(cfg);
