@@ -22,10 +22,6 @@
 #include "xgrad/ops/shape.hpp"
 
 using namespace xgrad;
-using test::allclose;
-using test::inputs_and_params;
-using test::model_check_options;
-using test::with_params;
 
 namespace {
 
@@ -86,10 +82,10 @@ void expect_same_training(DType dt, double atol, double rtol) {
       BOOST_TEST(std::abs(ul[i] - dl[i]) <= atol + rtol * std::abs(dl[i]), "logit " << i << ": " << ul[i] << " vs " << dl[i]);
     }
   }
-  BOOST_TEST(allclose(u.loss, d.loss, atol, rtol));
+  BOOST_TEST(test::allclose(u.loss, d.loss, atol, rtol));
   BOOST_TEST_REQUIRE(u.grads.size() == d.grads.size());
   const auto names = dense.named_parameters();
-  for (std::size_t i = 0; i < d.grads.size(); ++i) BOOST_TEST(allclose(u.grads[i], d.grads[i], atol, rtol), names[i].first);
+  for (std::size_t i = 0; i < d.grads.size(); ++i) BOOST_TEST(test::allclose(u.grads[i], d.grads[i], atol, rtol), names[i].first);
 }
 
 }  // namespace
@@ -147,11 +143,11 @@ BOOST_AUTO_TEST_CASE(mha_forward_unpadded_matches_forward_at_the_real_rows) {
     full.key_padding_mask = pad;
     const Tensor want = r.pack_rows(mha.forward(x, full).output);
     const Tensor got = mha.forward_unpadded(r.pack_rows(x), r, o).output;
-    BOOST_TEST(allclose(got, want, 1e-12, 1e-12), "variant " << variant);
+    BOOST_TEST(test::allclose(got, want, 1e-12, 1e-12), "variant " << variant);
     // Gradcheck in the rows and every parameter, random upstream gradient.
-    auto f = with_params(mha, 1, [&](const auto& in) { return mha.forward_unpadded(in[0], r, o).output; });
-    auto g = gradcheck(f, inputs_and_params({sample_randn({r.rows(), 8}, rng)}, mha),
-                       model_check_options("forward_unpadded " + std::to_string(variant)));
+    auto f = test::with_params(mha, 1, [&](const auto& in) { return mha.forward_unpadded(in[0], r, o).output; });
+    auto g = gradcheck(f, test::inputs_and_params({sample_randn({r.rows(), 8}, rng)}, mha),
+                       test::model_check_options("forward_unpadded " + std::to_string(variant)));
     BOOST_TEST(g.ok, g.message);
   }
   // The fallback (weights asked for) is forward on the unpacked batch (zero padding rows):
@@ -162,8 +158,8 @@ BOOST_AUTO_TEST_CASE(mha_forward_unpadded_matches_forward_at_the_real_rows) {
   wf.key_padding_mask = pad;
   const AttentionOutput a = mha.forward_unpadded(r.pack_rows(x), r, w),
                         b = mha.forward(r.unpack_rows(r.pack_rows(x)), wf);
-  BOOST_TEST(allclose(a.output, r.pack_rows(b.output), 1e-12, 1e-12));
-  BOOST_TEST(allclose(a.weights, b.weights, 1e-12, 1e-12));
+  BOOST_TEST(test::allclose(a.output, r.pack_rows(b.output), 1e-12, 1e-12));
+  BOOST_TEST(test::allclose(a.weights, b.weights, 1e-12, 1e-12));
 }
 
 BOOST_AUTO_TEST_CASE(encoder_skip_padding_trains_as_the_full_batch_f64) {
@@ -179,8 +175,8 @@ BOOST_AUTO_TEST_CASE(encoder_skip_padding_gradcheck_and_thread_counts) {
   const Batch b = make_batch(rng, 7);
   TransformerEncoder enc(small_config(true));
   enc.to(DType::Float64);
-  auto f = with_params(enc, 0, [&](const auto&) { return enc.forward(b.tokens, b.padding); });
-  auto g = gradcheck(f, inputs_and_params({}, enc), model_check_options("skip_padding encoder"));
+  auto f = test::with_params(enc, 0, [&](const auto&) { return enc.forward(b.tokens, b.padding); });
+  auto g = gradcheck(f, test::inputs_and_params({}, enc), test::model_check_options("skip_padding encoder"));
   BOOST_TEST(g.ok, g.message);
   // float32: the same bits with 1 and 2 threads.
   TransformerEncoder e32(small_config(true));
@@ -196,8 +192,8 @@ BOOST_AUTO_TEST_CASE(encoder_skip_padding_falls_back_for_other_masks) {
   const Batch b = make_batch(rng, 7);
   TransformerEncoder dense(small_config(false)), unpadded(small_config(true));
   // No mask, or weights asked for: the full batch, the same numbers.
-  BOOST_TEST(allclose(unpadded.forward(b.tokens), dense.forward(b.tokens), 0, 0));
-  BOOST_TEST(allclose(unpadded.forward(b.tokens, b.padding, true), dense.forward(b.tokens, b.padding, true), 0, 0));
+  BOOST_TEST(test::allclose(unpadded.forward(b.tokens), dense.forward(b.tokens), 0, 0));
+  BOOST_TEST(test::allclose(unpadded.forward(b.tokens, b.padding, true), dense.forward(b.tokens, b.padding, true), 0, 0));
   BOOST_TEST(unpadded.body.attention_weights()[0].defined());
   // A mask of the wrong shape is still forward's ShapeError.
   test::expect_throws([&] { unpadded.forward(b.tokens, bool_tensor({false, true}, {1, 2})); }, "ShapeError",
@@ -232,10 +228,10 @@ BOOST_AUTO_TEST_CASE(per_sample_gradients_match_the_full_batch) {
   const PerSampleGradients got_loop = per_sample_gradients(unpadded, losses_of(unpadded), loop);
   BOOST_TEST_REQUIRE(got.grads.size() == want.grads.size());
   for (std::size_t k = 0; k < want.grads.size(); ++k) {
-    BOOST_TEST(allclose(got.grads[k].second, want.grads[k].second, 1e-12, 1e-10), want.grads[k].first << " " << got.methods[k]);
-    BOOST_TEST(allclose(got_loop.grads[k].second, want.grads[k].second, 1e-12, 1e-10), want.grads[k].first);
+    BOOST_TEST(test::allclose(got.grads[k].second, want.grads[k].second, 1e-12, 1e-10), want.grads[k].first << " " << got.methods[k]);
+    BOOST_TEST(test::allclose(got_loop.grads[k].second, want.grads[k].second, 1e-12, 1e-10), want.grads[k].first);
   }
-  BOOST_TEST(allclose(got.losses, want.losses, 1e-12, 1e-12));
+  BOOST_TEST(test::allclose(got.losses, want.losses, 1e-12, 1e-12));
 }
 
 BOOST_AUTO_TEST_CASE(errors_name_the_op_and_the_shapes) {
