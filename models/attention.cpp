@@ -374,8 +374,9 @@ AttentionOutput MultiHeadAttention::forward_unpadded(const Tensor& x, const Unpa
   if (x.dtype() != dt)
     throw_error<DTypeError>(op, "argument 'x' ", x.shape(), " is ", dtype_name(x.dtype()), " but the parameters are ",
                             dtype_name(dt), " (convert the input, or the module with to())");
-  const AttentionMasks masks = attention_masks(op, opt.attn_mask, rows.key_padding_mask, opt.is_causal,
-                                               {B, num_heads, T, T}, dt);
+  AttentionMasks masks = attention_masks(op, opt.attn_mask, rows.key_padding_mask, opt.is_causal,
+                                         {B, num_heads, T, T}, dt);
+  masks.skip_padded_queries = true;  // pack_rows drops the padding rows of the output
   // x (N, E) -> qkv (N, 3E) -> zero padding rows (B, T, 3E) -> attention (B, T, E) -> (N, E)
   const Tensor qkv = rows.unpack_rows(linear(x, in_proj_weight, in_proj_bias));
   return {out_proj.forward(rows.pack_rows(attention_packed(qkv, num_heads, masks))), Tensor()};

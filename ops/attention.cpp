@@ -78,6 +78,7 @@ struct MaskView {
   // With a key padding mask: per batch, 1 + the last key that is not padding (0 if none).
   // Every later key is masked for every query, so no row block computes it.
   std::vector<std::size_t> key_end;
+  bool skip_queries = false;  // AttentionMasks::skip_padded_queries (T == S)
 };
 
 std::array<std::size_t, 4> strides4(const Shape& s, const Shape& full) {
@@ -102,7 +103,15 @@ MaskView<T> mask_view(const AttentionMasks& m, const Dims& d) {
   }
   if (m.float_mask.defined()) v.add = value<T>(m.float_mask).data(), v.as = strides4(m.float_mask.shape(), full);
   v.causal = m.is_causal;
+  v.skip_queries = m.skip_padded_queries;
   return v;
+}
+
+// Query rows [0, end) of batch b are computed; with skip_padded_queries the later ones are
+// padding (their output rows are 0, their statistics those of a row with nothing visible).
+template <class T>
+std::size_t query_end(const Dims& d, const MaskView<T>& m, std::size_t b) {
+  return m.skip_queries ? m.key_end[b] : d.T;
 }
 
 // Row helpers written over kLanes independent accumulators so that the compiler
@@ -165,6 +174,7 @@ XGRAD_FASTMATH_INLINE void mask_row(T* x, std::size_t i, std::size_t n, std::siz
   if (m.padding) {
     const bool* pr = m.padding + b * S;
     for (std::size_t j = 0; j < n; ++j) x[j] = pr[j] ? ninf : x[j];
+    if (m.skip_queries && pr[i]) std::fill(x, x + n, ninf);  // a padding query sees nothing
   }
 }
 
@@ -317,9 +327,13 @@ void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const 
   parallel_for(d.B * d.H, head_cost(d), [&](std::size_t begin, std::size_t end) {
     const std::unique_ptr<T[]> scratch(new T[saved ? 0 : std::min(kRowBlock, d.T) * d.S]);  // uninitialised
     for (std::size_t bh = begin; bh < end; ++bh) {
-      const std::size_t b = bh / d.H, h = bh % d.H;
-      for (std::size_t r0 = 0; r0 < d.T; r0 += kRowBlock) {
-        const std::size_t r1 = std::min(d.T, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, b, r1);
+      const std::size_t b = bh / d.H, h = bh % d.H, t_end = query_end(d, m, b);
+      for (std::size_t i = t_end; i < d.T; ++i) {  // skipped padding queries: nothing visible
+        std::fill_n(out.at(b, h, i), d.Dv, T(0));
+        stats[2 * (bh * d.T + i)] = -std::numeric_limits<T>::infinity(), stats[2 * (bh * d.T + i) + 1] = T(0);
+      }
+      for (std::size_t r0 = 0; r0 < t_end; r0 += kRowBlock) {
+        const std::size_t r1 = std::min(t_end, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, b, r1);
         T* const P = saved ? saved + (bh * d.T + r0) * d.S : scratch.get();
         const std::size_t ldp = saved ? d.S : c;
         detail::gemm<T>(false, true, r, c, d.D, scale, q.at(b, h, r0), q.ld, k.at(b, h), k.ld, T(0), P, ldp);
@@ -342,18 +356,21 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
     // (r, c), row stride c; uninitialised (every GEMM here writes all of its C with beta 0)
     const std::unique_ptr<T[]> P(new T[saved ? 0 : scratch]), dP(new T[scratch]);
     for (std::size_t bh = begin; bh < end; ++bh) {
-      const std::size_t b = bh / d.H, h = bh % d.H;
+      const std::size_t b = bh / d.H, h = bh % d.H, t_end = query_end(d, m, b);
       // Row blocks from the last: its keys [0, c) include every earlier block's, so its
-      // GEMMs initialise dK, dV (beta 0) and the rest accumulate; keys no query sees get 0.
-      const std::size_t c_all = d.T == 0 ? 0 : block_keys(d, m, b, d.T);
+      // GEMMs initialise dK, dV (beta 0) and the rest accumulate; keys no query sees get 0,
+      // and so do the skipped padding queries.
+      const std::size_t c_all = t_end == 0 ? 0 : block_keys(d, m, b, t_end);
       for (std::size_t s = c_all; s < d.S; ++s) {
         if (dk.base) std::fill_n(dk.at(b, h, s), d.D, T(0));
         if (dv.base) std::fill_n(dv.at(b, h, s), d.Dv, T(0));
       }
-      for (std::size_t blk = (d.T + kRowBlock - 1) / kRowBlock; blk-- > 0;) {
+      if (dq.base)
+        for (std::size_t i = t_end; i < d.T; ++i) std::fill_n(dq.at(b, h, i), d.D, T(0));
+      for (std::size_t blk = (t_end + kRowBlock - 1) / kRowBlock; blk-- > 0;) {
         const std::size_t r0 = blk * kRowBlock;
-        const std::size_t r1 = std::min(d.T, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, b, r1);
-        const T beta = r1 == d.T ? T(0) : T(1);
+        const std::size_t r1 = std::min(t_end, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, b, r1);
+        const T beta = r1 == t_end ? T(0) : T(1);
         const T* dO = dout.at(b, h, r0);
         const T* Pr = saved ? saved + (bh * d.T + r0) * d.S : P.get();
         const std::size_t ldp = saved ? d.S : c;
@@ -506,6 +523,9 @@ AttentionMasks check_masks(const char* op, const AttentionMasks& in, const Dims&
                               dtype_name(m.key_padding_mask.dtype()), " of shape ", m.key_padding_mask.shape());
     check_shape(op, "key_padding_mask", m.key_padding_mask, {d.B, d.S}, "(B, S)");
   }
+  if (m.skip_padded_queries && (!m.key_padding_mask.defined() || d.T != d.S))
+    throw_error<ValueError>(op, "skip_padded_queries needs a key_padding_mask and as many queries as keys (self-attention); got ",
+                            d.T, " queries, ", d.S, " keys", m.key_padding_mask.defined() ? "" : " and no key_padding_mask");
   if (m.float_mask.defined()) {
     if (m.float_mask.dtype() != dtype)
       throw_error<DTypeError>(op, "argument 'float_mask' ", m.float_mask.shape(), " is ",
@@ -529,6 +549,7 @@ Tensor combined_bool_mask(const AttentionMasks& m, const Dims& d) {
   auto add = [&](const Tensor& x) { out = out.defined() ? logical_or(out, x) : x; };
   if (m.mask.defined()) add(m.mask);
   if (m.key_padding_mask.defined()) add(reshape(m.key_padding_mask, {d.B, 1, 1, d.S}));
+  if (m.skip_padded_queries) add(reshape(m.key_padding_mask, {d.B, 1, d.T, 1}));  // padding queries see nothing
   if (m.is_causal) add(causal_mask(d.T, d.S));
   return out;
 }

@@ -21,6 +21,11 @@ struct AttentionMasks {
   Tensor key_padding_mask;  // Bool (B, S): true = padding key
   Tensor float_mask;        // q's dtype, shapes as `mask`, added to the scores
   bool is_causal = false;   // query i may not attend key j > i (causal_mask(T, S), top-left)
+  // Self-attention over a padded batch whose padding queries are not used (T == S and a
+  // key_padding_mask, else ValueError): a query at a padding position attends to nothing, so
+  // its output row is 0 and no gradient flows through it, and the queries after a batch's
+  // last unpadded position are not computed at all (MultiHeadAttention::forward_unpadded).
+  bool skip_padded_queries = false;
 };
 // Causality is best given as is_causal (no mask tensor is read). A `mask` or constant
 // `float_mask` that is causal in content (bool true / additive -inf exactly where j > i, for

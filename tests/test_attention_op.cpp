@@ -8,6 +8,7 @@
 #include "helpers.hpp"
 #include "xgrad/framework/autograd.hpp"
 #include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/gradcheck.hpp"
 #include "xgrad/framework/runtime.hpp"
 #include "xgrad/framework/tensor.hpp"
 #include "xgrad/ops/attention.hpp"
@@ -191,6 +192,68 @@ BOOST_AUTO_TEST_CASE(fused_matches_reference_forward_and_backward) {
   AttentionMasks additive;
   additive.float_mask = randn({3, 5}, rng, DType::Float64);  // constant: fused path
   check_against_reference({2, 3, 5, 2, 2, 3}, additive, rng);
+}
+
+// skip_padded_queries: a padding query sees nothing (output row 0, no gradient through it),
+// the queries after a batch's last unpadded position are not computed. Against plain loops,
+// against the reference (forward and backward), second order, and the argument checks.
+BOOST_AUTO_TEST_CASE(skip_padded_queries_zeroes_padding_queries) {
+  Rng rng(19);
+  // batch 0: padding at 2 (inside) and from 70; batch 1: all padding; batch 2: none.
+  const std::size_t B = 3, T = 100;
+  std::vector<bool> pad(B * T);
+  for (std::size_t t = 0; t < T; ++t) pad[t] = t == 2 || t >= 70, pad[T + t] = true, pad[2 * T + t] = false;
+  for (bool causal : {false, true}) {
+    BOOST_TEST_CONTEXT("causal " << causal) {
+      AttentionMasks m;
+      m.key_padding_mask = bool_tensor(pad, {B, T});
+      m.is_causal = causal;
+      m.skip_padded_queries = true;
+      const Case c{B, T, T, 2, 3, 4};
+      Inputs in = random_inputs(c, rng);
+      auto masked = [&](std::size_t b, std::size_t, std::size_t t, std::size_t s) {
+        return pad[b * T + s] || pad[b * T + t] || (causal && s > t);
+      };
+      auto zero = [](std::size_t, std::size_t, std::size_t, std::size_t) { return 0.0; };
+      const Tensor out = attention(in.q, in.k, in.v, c.H, m);
+      BOOST_TEST(allclose(out, naive_attention(c, in.q.to_vector(), in.k.to_vector(), in.v.to_vector(),
+                                               1 / std::sqrt(3.0), masked, zero), 1e-13, 1e-14));
+      const auto ov = out.to_vector();
+      const auto g = grad({out}, {in.q, in.k, in.v}, {in.g});
+      const auto gq = g[0].to_vector(), gk = g[1].to_vector(), gv = g[2].to_vector();
+      for (std::size_t b = 0; b < B; ++b)
+        for (std::size_t t = 0; t < T; ++t)
+          if (pad[b * T + t]) {
+            for (std::size_t j = 0; j < c.H * c.Dv; ++j) BOOST_TEST_REQUIRE(ov[(b * T + t) * c.H * c.Dv + j] == 0.0);
+            for (std::size_t j = 0; j < c.H * c.D; ++j) {
+              BOOST_TEST_REQUIRE(gq[(b * T + t) * c.H * c.D + j] == 0.0);
+              BOOST_TEST_REQUIRE(gk[(b * T + t) * c.H * c.D + j] == 0.0);
+            }
+          }
+      check_against_reference(c, m, rng);
+      check_against_reference({B, T, T, 1, 2, 2}, m, rng);
+      AttentionMasks small = m;  // second order through the composed backward
+      small.key_padding_mask = bool_tensor({false, true, false, true, true, true, false, false}, {2, 4});
+      Inputs s = random_inputs({2, 4, 4, 2, 2, 2}, rng);
+      auto r = gradgradcheck([&](const auto& x) { return attention(x[0], x[1], x[2], 2, small); }, {s.q, s.k, s.v},
+                             {"attention skip_padded_queries"});
+      BOOST_TEST(r.ok, r.message);
+    }
+  }
+  AttentionMasks no_mask;
+  no_mask.skip_padded_queries = true;
+  Inputs in = random_inputs({1, 3, 3, 1, 2, 2}, rng);
+  BOOST_CHECK_THROW(attention(in.q, in.k, in.v, 1, no_mask), ValueError);
+  Inputs cross = random_inputs({1, 3, 4, 1, 2, 2}, rng);
+  AttentionMasks cm;
+  cm.key_padding_mask = bool_tensor({false, false, true, true}, {1, 4});
+  cm.skip_padded_queries = true;
+  try {
+    attention(cross.q, cross.k, cross.v, 1, cm);
+    BOOST_ERROR("no ValueError");
+  } catch (const ValueError& e) {
+    BOOST_TEST(std::string(e.what()).find("3 queries, 4 keys") != std::string::npos, e.what());
+  }
 }
 
 BOOST_AUTO_TEST_CASE(packed_qkv_equals_three_separate_inputs) {
