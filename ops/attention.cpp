@@ -5,9 +5,10 @@
 // rows; GEMMs read and write it in place through their leading dimension (ld = H*w, or
 // 3*H*D for packed qkv), so heads are never split or merged by copies.
 //
-// For each (b, h) and each block of 64 query rows [r0, r1) (r rows; only keys [0, c) can be
-// visible: c = S, or min(S, r1) with is_causal, and at most 1 + batch b's last key that is not
-// key padding; the masked future and trailing padding are not computed):
+// For each (b, h) and each block of 64 query rows [r0, r1) of [0, T) (of [0, 1 + batch b's
+// last unpadded position) with skip_padded_queries: the later rows get O = 0, dQ = 0) (r rows;
+// only keys [0, c) can be visible: c = S, or min(S, r1) with is_causal, and at most 1 + batch
+// b's last key that is not key padding; the masked future and trailing padding are not computed):
 //   forward                                        shapes
 //     X  = scale Q K^T                             (r, c)    gemm, into a per-thread scratch
 //     X  = row softmax(X + float_mask), masked     (r, c)    also saves m = row max, l = 1 / row sum
