@@ -309,7 +309,7 @@ for t in threads_list:
     x, p = xg.get((t, "BM_train_step_reverse")), tc.get((t, "BM_train_step_reverse"))
     if x is None:
         continue
-    line = f"  threads {t}: xgrad {x:.2f} ms/step (padding skipped, the example's default)"
+    line = f"  threads {t}: xgrad {x:.2f} ms/step (padding skipped, the example's default: less work than torch's step)"
     if p:
         r = x / p
         line += f", torch {p:.2f} ms/step, ratio {r:.2f} (target <= 0.3: {'met' if r <= 0.3 else 'NOT met'})"

@@ -4,8 +4,9 @@
 // Runs N training steps (benchmarks/reverse_step.hpp: the `reverse` example's default model,
 // batch 64, AdamW; --dense: every position, padding included, as skip_padding false) and
 // prints one JSON line:
-//   {"side": "xgrad", "steps": N, "threads": n, "seconds_per_step": s,
-//    "baseline_rss_kb": VmRSS before the model is built, "peak_rss_kb": VmHWM at the end}
+//   {"side": "xgrad", "steps": N, "threads": n, "skip_padding": true / false, "seconds_per_step": s,
+//    "final_loss": the last step's loss, "baseline_rss_kb": VmRSS before the model is built,
+//    "peak_rss_kb": VmHWM at the end}
 // Read by benchmarks/compare.sh; the PyTorch counterpart is `torch_mha.py --rss N`.
 #include <chrono>
 #include <cstdlib>

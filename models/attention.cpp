@@ -322,7 +322,7 @@ UnpaddedRows UnpaddedRows::of(const Tensor& m) {
                             m.defined() ? dtype_name(m.dtype()) : "an undefined tensor");
   check_rank(op, "key_padding_mask", m, 2, "(B, T)");
   UnpaddedRows r;
-  r.key_padding_mask = m;
+  r.key_padding_mask = m.clone();  // index and mask stay one pair if the caller's mask changes
   r.batch = m.shape()[0], r.length = m.shape()[1];
   const bool* pad = m.data<bool>();
   std::vector<std::int64_t> index;
@@ -361,6 +361,10 @@ AttentionOutput MultiHeadAttention::forward_unpadded(const Tensor& x, const Unpa
   if (x.dim() != 2 || x.shape()[0] != rows.rows() || x.shape()[1] != E)
     throw_error<ShapeError>(op, "argument 'x' must be (", rows.rows(), ", ", E, ") (the unpadded rows of ",
                             rows.key_padding_mask.shape(), "), got ", x.shape());
+  const DType dt = out_proj.weight.dtype();
+  if (x.dtype() != dt)
+    throw_error<DTypeError>(op, "argument 'x' ", x.shape(), " is ", dtype_name(x.dtype()), " but the parameters are ",
+                            dtype_name(dt), " (convert the input, or the module with to())");
   AttentionOptions with_mask = opt;
   with_mask.key_padding_mask = rows.key_padding_mask;
   const bool fused = !opt.need_weights && !(attn_drop.training() && attn_drop.p > 0) && in_proj_weight.defined() &&
@@ -370,10 +374,6 @@ AttentionOutput MultiHeadAttention::forward_unpadded(const Tensor& x, const Unpa
     AttentionOutput a = forward(from_batch_first(rows.unpack_rows(x), false, bf), with_mask);
     return {rows.pack_rows(to_batch_first(a.output, false, bf)), a.weights};
   }
-  const DType dt = out_proj.weight.dtype();
-  if (x.dtype() != dt)
-    throw_error<DTypeError>(op, "argument 'x' ", x.shape(), " is ", dtype_name(x.dtype()), " but the parameters are ",
-                            dtype_name(dt), " (convert the input, or the module with to())");
   AttentionMasks masks = attention_masks(op, opt.attn_mask, rows.key_padding_mask, opt.is_causal,
                                          {B, num_heads, T, T}, dt);
   masks.skip_padded_queries = true;  // pack_rows drops the padding rows of the output

@@ -79,7 +79,7 @@ struct UnpaddedRows {
   Tensor unpack_rows(const Tensor& y) const;
   std::size_t rows() const { return index.numel(); }
   Tensor index;
-  Tensor key_padding_mask;  // the (B, T) mask, as given
+  Tensor key_padding_mask;  // a copy of the (B, T) mask
   std::size_t batch = 0, length = 0;
 };
 

@@ -112,7 +112,6 @@ Tensor TransformerBody::forward(const Tensor& tokens, const AttentionOptions& op
 }
 
 Tensor TransformerBody::forward_unpadded(const Tensor& tokens, const UnpaddedRows& rows, const AttentionOptions& options) {
-  check_tokens("Transformer", tokens);
   Tensor x = emb_drop.forward(rows.pack_rows(embed(tokens)));  // (N, E)
   for (auto& b : blocks) x = b->forward_unpadded(x, rows, options);
   return ln_f.forward(x);

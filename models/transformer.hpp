@@ -73,9 +73,11 @@ struct TransformerConfig {
   bool gelu_approximate_tanh = false;  // true: GELU's tanh approximation in every block (GPT-2)
   // Encoder only. true: forward with a bool key padding mask runs the embeddings' real
   // positions only through the blocks, ln_f and the head (UnpaddedRows), and the logits at
-  // padding positions are 0. The logits elsewhere are those of false (to float rounding),
-  // and so are the loss and every gradient of a loss that ignores the padding positions
-  // (cross_entropy with ignore_index there); the work drops with the share of padding.
+  // padding positions are 0. With dropout 0 (or in eval mode) the logits elsewhere are those
+  // of false (to float rounding), and so are the loss and every gradient of a loss that
+  // ignores the padding positions (cross_entropy with ignore_index there); active dropout
+  // draws its masks over the N real rows instead of all B*T, so its random numbers differ.
+  // The work drops with the share of padding.
   // A loss that reads the padding logits sees constants. need_weights runs as false does.
   // per_sample_gradients stays exact but finds no batch axis in the packed rows, so its Auto
   // method falls back to per-example backwards (reverse model: 629 ms against 31.5 ms with

@@ -5,10 +5,13 @@
 // rows; GEMMs read and write it in place through their leading dimension (ld = H*w, or
 // 3*H*D for packed qkv), so heads are never split or merged by copies.
 //
-// For each (b, h) and each block of 64 query rows [r0, r1) of [0, T) (of [0, 1 + batch b's
-// last unpadded position) with skip_padded_queries: the later rows get O = 0, dQ = 0) (r rows;
-// only keys [0, c) can be visible: c = S, or min(S, r1) with is_causal, and at most 1 + batch
-// b's last key that is not key padding; the masked future and trailing padding are not computed):
+// For each (b, h) and each block of 64 query rows [r0, r1) of the computed queries [0, t_end)
+// (r rows), where only keys [0, c) can be visible:
+//   t_end = T, or with skip_padded_queries 1 + batch b's last unpadded position (the later
+//           queries get O = 0 and dQ = 0);
+//   c     = S, or min(S, r1) with is_causal, and at most 1 + batch b's last key that is not
+//           key padding (the masked future and trailing padding are not computed; their
+//           K, V entries are never read, so non-finite values there do not propagate);
 //   forward                                        shapes
 //     X  = scale Q K^T                             (r, c)    gemm, into a per-thread scratch
 //     X  = row softmax(X + float_mask), masked     (r, c)    also saves m = row max, l = 1 / row sum
@@ -20,9 +23,11 @@
 //     dS = P * (dP - rowsum(dP * P))               (r, c)    softmax backward (in dP)
 //     dQ = scale dS K                              (r, D)    gemm
 //     dK += scale dS^T Q                           (c, D)    gemm, summed over row blocks
-// Saved for the backward: the inputs and (B, H, T, 2) row statistics; the probabilities exist
-// only as (64, S) scratch per thread (the FlashAttention recomputation; keys are not tiled, so
-// a row block's softmax is the exact one-pass softmax and its GEMMs keep long key extents).
+// Saved for the backward: the inputs and (B, H, T, 2) row statistics, and the probabilities
+// (B, H, T, S) when they take at most 32 MiB (keep_probabilities; only the blocks above are
+// written, and the backward reads the same ones); otherwise they exist only as (64, S) scratch
+// per thread (the FlashAttention recomputation; keys are not tiled, so a row block's softmax
+// is the exact one-pass softmax and its GEMMs keep long key extents).
 // (b, h) pairs run in parallel_for. Under create_graph the backward is instead composed of
 // differentiable xgrad ops (composite_backward) so it can be differentiated again.
 #include <algorithm>
@@ -106,6 +111,12 @@ MaskView<T> mask_view(const AttentionMasks& m, const Dims& d) {
   v.causal = m.is_causal;
   v.skip_queries = m.skip_padded_queries;
   return v;
+}
+
+// The row statistics of a query with nothing visible: max -inf, 1 / sum 0 (P = 0).
+template <class T>
+void set_nothing_visible(T* st) {
+  st[0] = -std::numeric_limits<T>::infinity(), st[1] = T(0);
 }
 
 // Query rows [0, end) of batch b are computed; with skip_padded_queries the later ones are
@@ -218,9 +229,9 @@ XGRAD_FASTMATH_INLINE void softmax_rows_impl(T* X, std::size_t ldx, std::size_t 
     }
     for (std::size_t i = g0; i < g1; ++i) {
       T* st = stats + 2 * (i - r0);
-      st[0] = mx[i - g0];
-      st[1] = T(0);
+      set_nothing_visible(st);
       if (mx[i - g0] == ninf) continue;
+      st[0] = mx[i - g0];
       T* x = X + (i - r0) * ldx;
       const T inv = st[1] = T(1) / total[i - g0];
       for (std::size_t j = 0, n = visible_keys(m, i, c); j < n; ++j) x[j] *= inv;
@@ -318,9 +329,10 @@ std::size_t block_keys(const Dims& d, const MaskView<T>& m, std::size_t b, std::
 }
 
 // out (B, T, H*Dv) and the row statistics stats (B, H, T, 2) = (max, 1 / sum) of every
-// query's softmax. A row block's probabilities (r, c) are computed in place: in `saved`
-// (B, H, T, S) when it is given (keys [0, c) of each row block, the ones its backward reads;
-// row stride S), else in a (kRowBlock, S) scratch (row stride c). The GEMMs and the softmax
+// query's softmax (skipped padding queries: out 0, set_nothing_visible). A row block's
+// probabilities (r, c) are computed in place: in `saved` (B, H, T, S) when it is given (keys
+// [0, c) of each computed row block, the ones its backward reads; the rest of `saved` is left
+// unwritten; row stride S), else in a (kRowBlock, S) scratch (row stride c). The GEMMs and the softmax
 // do the same operations either way, so the bits do not depend on where they are kept.
 template <class T>
 void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
@@ -331,7 +343,7 @@ void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const 
       const std::size_t b = bh / d.H, h = bh % d.H, t_end = query_end(d, m, b);
       for (std::size_t i = t_end; i < d.T; ++i) {  // skipped padding queries: nothing visible
         std::fill_n(out.at(b, h, i), d.Dv, T(0));
-        stats[2 * (bh * d.T + i)] = -std::numeric_limits<T>::infinity(), stats[2 * (bh * d.T + i) + 1] = T(0);
+        set_nothing_visible(stats + 2 * (bh * d.T + i));
       }
       for (std::size_t r0 = 0; r0 < t_end; r0 += kRowBlock) {
         const std::size_t r1 = std::min(t_end, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, b, r1);
@@ -523,6 +535,9 @@ AttentionMasks check_masks(const char* op, const AttentionMasks& in, const Dims&
       throw_error<DTypeError>(op, "argument 'key_padding_mask' must be bool (true = padding), got ",
                               dtype_name(m.key_padding_mask.dtype()), " of shape ", m.key_padding_mask.shape());
     check_shape(op, "key_padding_mask", m.key_padding_mask, {d.B, d.S}, "(B, S)");
+    // a copy (B*S bytes): the backward reads the forward's padding (its trimmed key and query
+    // extents) even if the caller's mask is changed in place in between
+    m.key_padding_mask = m.key_padding_mask.clone();
   }
   if (m.skip_padded_queries && (!m.key_padding_mask.defined() || d.T != d.S))
     throw_error<ValueError>(op, "skip_padded_queries needs a key_padding_mask and as many queries as keys (self-attention); got ",

@@ -25,6 +25,9 @@ struct AttentionMasks {
   // key_padding_mask, else ValueError): a query at a padding position attends to nothing, so
   // its output row is 0 and no gradient flows through it, and the queries after a batch's
   // last unpadded position are not computed at all (MultiHeadAttention::forward_unpadded).
+  // The fused op never reads q, k, v at trailing padding positions (nor k, v at trailing
+  // padding keys in any case), so an inf or NaN there stays out of the result; the composed
+  // path (create_graph, weights) multiplies it by 0 and gives NaN, as padding inside does.
   bool skip_padded_queries = false;
 };
 // Causality is best given as is_causal (no mask tensor is read). A `mask` or constant
@@ -64,7 +67,8 @@ AttentionMasks attention_masks(const char* op, const Tensor& attn_mask, const Te
 // scale = 1/sqrt(D) when given 0. A query with no allowed key gets P = 0: its output and
 // all gradients through it are 0, never NaN. Differentiable in q, k, v and float_mask;
 // twice differentiable (under create_graph the backward is composed of xgrad ops).
-// Errors: ShapeError / DTypeError naming 'q', 'k', 'v' or the mask and the shapes.
+// Errors: ShapeError / DTypeError naming 'q', 'k', 'v' or the mask and the shapes; ValueError for
+// skip_padded_queries without a key_padding_mask or with T != S.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, std::size_t num_heads,
                  const AttentionMasks& masks = {}, double scale = 0);
 

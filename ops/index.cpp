@@ -427,13 +427,27 @@ Tensor scatter_add(const Tensor& x, long axis, const Tensor& index, const Tensor
 // --- index_select / index_add --------------------------------------------------------------
 
 namespace {
-// index (rank 0 or 1, Int64) for index_select / index_add along axis of x: the 1-D index.
-Tensor check_select_index(const char* op, const Tensor& x, std::size_t axis, const Tensor& index) {
+// The 1-D (or rank-0) Int64 index of rows, each in [0, n) ("... is out of range for <range>").
+template <class... Range>
+Tensor check_row_index(const char* op, const Tensor& index, std::size_t n, const Range&... range) {
   check_int64(op, "index", index);
-  if (index.dim() > 1)
-    throw_error<ShapeError>(op, "argument 'index' ", index.shape(), " must be 1-D (or rank 0)");
-  check_index_values(op, "index", index, x.shape()[axis], "axis ", axis, " of argument 'x' ", x.shape());
+  if (index.dim() > 1) throw_error<ShapeError>(op, "argument 'index' ", index.shape(), " must be 1-D (or rank 0)");
+  check_index_values(op, "index", index, n, range...);
   return index.dim() == 0 ? reshape(index, {1}) : index;
+}
+
+// index for index_select / index_add along axis of x: the 1-D index.
+Tensor check_select_index(const char* op, const Tensor& x, std::size_t axis, const Tensor& index) {
+  return check_row_index(op, index, x.shape()[axis], "axis ", axis, " of argument 'x' ", x.shape());
+}
+
+// dst (outer, m, inner) = src (outer, n, inner) at rows index[j] of each outer block.
+template <class T>
+void gather_rows(const T* src, const std::int64_t* index, std::size_t m, std::size_t outer, std::size_t n,
+                 std::size_t inner, T* dst) {
+  for (std::size_t o = 0; o < outer; ++o)
+    for (std::size_t j = 0; j < m; ++j)
+      std::copy_n(src + (o * n + std::size_t(index[j])) * inner, inner, dst + (o * m + j) * inner);
 }
 }  // namespace
 
@@ -450,13 +464,8 @@ Tensor index_select(const Tensor& x_in, long axis, const Tensor& index_in) {
   Tensor y = std::visit(
       [&](const auto& vx) {
         using T = typename std::decay_t<decltype(vx)>::value_type;
-        const T* px = vx.data();
-        const std::int64_t* pi = index.data<std::int64_t>();
         Tensor out = empty_tensor<T>(ys, op);
-        T* po = fresh_value<T>(out).data();
-        for (std::size_t o = 0; o < s.outer; ++o)
-          for (std::size_t j = 0; j < m; ++j)
-            std::copy_n(px + (o * s.n + std::size_t(pi[j])) * s.inner, s.inner, po + (o * m + j) * s.inner);
+        gather_rows(vx.data(), index.data<std::int64_t>(), m, s.outer, s.n, s.inner, fresh_value<T>(out).data());
         return out;
       },
       static_cast<const ArrayVariant&>(*x.impl()->value));
@@ -519,7 +528,7 @@ void add_rows_into_zeros(T* out, const T* src, const std::int64_t* index, std::s
       for (std::size_t j = 0; j < m; ++j) {
         const std::size_t at = std::size_t(index[j]);
         std::fill(block + next * row, block + at * row, T(0));
-        std::copy_n(from + j * row, row, block + at * row);
+        for (std::size_t r = 0; r < row; ++r) block[at * row + r] = T(0) + from[j * row + r];  // 0 + x: -0 -> +0 as index_add
         next = at + 1;
       }
       std::fill(block + next * row, block + n * row, T(0));
@@ -539,22 +548,17 @@ void check_addable_src(const char* op, const Tensor& src) {
     throw_error<DTypeError>(op, "argument 'src' must be float32, float64 or int64, got bool of shape ", src.shape());
 }
 
-// The 1-D (or rank-0) Int64 index of rows, each in [0, n) ("<what> of <shape>" in messages).
-Tensor check_row_index(const char* op, const Tensor& index, std::size_t n, const char* what, const Shape& shape) {
-  check_int64(op, "index", index);
-  if (index.dim() > 1) throw_error<ShapeError>(op, "argument 'index' ", index.shape(), " must be 1-D (or rank 0)");
-  check_index_values(op, "index", index, n, what, shape);
-  return index.dim() == 0 ? reshape(index, {1}) : index;
-}
 }  // namespace
 
 Tensor index_add_zeros(const Shape& shape, long axis, const Tensor& index_in, const Tensor& src) {
   const char* op = "index_add_zeros";
   check_addable_src(op, src);
-  if (shape.empty()) return index_add(zeros(shape, src.dtype()), axis, index_in, src);  // rank 0: as index_add
+  if (shape.empty()) {  // the rank-0 case through rank 1, as index_add
+    normalize_axis(op, axis, std::size_t(1));  // IndexError unless 0 or -1
+    return reshape(index_add_zeros({1}, 0, index_in, src.dim() == 0 ? reshape(src, {1}) : src), {});
+  }
   const std::size_t ax = normalize_axis(op, axis, shape);
-  const std::string what = "axis " + std::to_string(ax) + " of argument 'shape' ";
-  const Tensor index = check_row_index(op, index_in, shape[ax], what.c_str(), shape);
+  const Tensor index = check_row_index(op, index_in, shape[ax], "axis ", ax, " of argument 'shape' ", shape);
   const std::size_t m = index.numel();
   Shape expect = shape;
   expect[ax] = m;
@@ -588,11 +592,8 @@ Tensor pack_rows(const Tensor& x, const Tensor& index_in) {
   Tensor y = std::visit(
       [&](const auto& vx) {
         using T = typename std::decay_t<decltype(vx)>::value_type;
-        const T* px = vx.data();
-        const std::int64_t* pi = index.data<std::int64_t>();
         Tensor out = empty_tensor<T>({m, F}, op);
-        T* po = fresh_value<T>(out).data();
-        for (std::size_t j = 0; j < m; ++j) std::copy_n(px + std::size_t(pi[j]) * F, F, po + j * F);
+        gather_rows(vx.data(), index.data<std::int64_t>(), m, 1, R, F, fresh_value<T>(out).data());
         return out;
       },
       static_cast<const ArrayVariant&>(*x.impl()->value));
@@ -607,6 +608,8 @@ Tensor unpack_rows(const Tensor& y, const Tensor& index_in, const Shape& rows) {
   const char* op = "unpack_rows";
   check_addable_src(op, y);
   if (y.dim() != 2) throw_error<ShapeError>(op, "argument 'src' ", y.shape(), " must be (N, F)");
+  if (rows.empty())  // the result (rows..., F) must keep a rows axis for pack_rows, its adjoint
+    throw_error<ShapeError>(op, "argument 'rows' must have at least one axis, got ", rows);
   const std::size_t R = numel(rows), F = y.shape()[1];
   const Tensor index = check_row_index(op, index_in, R, "the rows of argument 'rows' ", rows);
   const std::size_t m = index.numel();

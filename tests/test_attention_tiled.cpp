@@ -82,6 +82,11 @@ std::vector<std::pair<std::string, AttentionMasks>> every_mask_kind(const Case& 
   add("(B*H, T, S) bool", [&](AttentionMasks& m) {
     m.mask = bits({c.B * c.H, c.T, c.S}, [](std::size_t i) { return (i * 13 + 1) % 9 < 2; });
   });
+  if (c.T == c.S && c.T > 3)  // self-attention: padding queries skipped, inner and trailing padding
+    add("key padding, padding queries skipped", [&](AttentionMasks& m) {
+      m.key_padding_mask = bits({c.B, c.S}, [&](std::size_t i) { return i % c.S == 1 || i % c.S >= c.S - 2 - i / c.S; });
+      m.skip_padded_queries = true;
+    });
   // Rows 0, 70 and T-1 of every head see no key (inside the first, second and last row blocks).
   add("fully masked rows", [&](AttentionMasks& m) {
     m.mask = bits({c.T, c.S}, [&](std::size_t i) {

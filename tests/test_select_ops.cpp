@@ -579,6 +579,13 @@ BOOST_AUTO_TEST_CASE(index_add_zeros_is_index_add_into_zeros) {
                boost::test_tools::per_element());
   }
   BOOST_TEST(index_add_zeros({}, 0, index_tensor({0}, {}), scalar(2.5, DType::Float64)).item() == 2.5);
+  check_throws<IndexError>([] { index_add_zeros({}, 1, index_tensor({0}, {}), scalar(2.5, DType::Float64)); },
+                           {"index_add_zeros"});
+  // -0.0 becomes +0.0, as index_add into zeros gives (0 + -0 = +0), on both paths.
+  const Tensor negz = f64({-0.0, 1.0, -0.0, -0.0}, {4});
+  for (const IVec& ix : {IVec{0, 1, 2, 4}, IVec{4, 1, 0, 2}})
+    BOOST_TEST(test::same_bits(index_add_zeros({5}, 0, index_tensor(ix, {4}), negz),
+                               index_add(zeros({5}, DType::Float64), 0, index_tensor(ix, {4}), negz)));
   // Differentiable in src, twice (index_select is its adjoint and the other way round).
   const Tensor src = test::leaf(Vec{1, -2, 3, 0.5, 2, -1}, {3, 2});
   const auto f = [](const std::vector<Tensor>& in) {
@@ -617,6 +624,8 @@ BOOST_AUTO_TEST_CASE(pack_rows_and_unpack_rows) {
                            {"unpack_rows", "index 6", "'rows' (2, 3)"});
   check_throws<ShapeError>([&] { unpack_rows(x, idx, {2, 3}); }, {"unpack_rows", "'src' (2, 3, 4)", "(N, F)"});
   check_throws<DTypeError>([&] { unpack_rows(bool_tensor({true}, {1, 1}), index_tensor({0}, {1}), {1}); }, {"unpack_rows", "bool"});
+  check_throws<ShapeError>([&] { unpack_rows(f64({1, 2}, {1, 2}), index_tensor({0}, {1}), {}); },
+                           {"unpack_rows", "'rows'", "at least one axis"});
 }
 
 BOOST_AUTO_TEST_CASE(gather_family_errors_name_the_index_and_its_position) {
