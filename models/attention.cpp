@@ -84,6 +84,13 @@ void append_extra_keys(Tensor& k, Tensor& v, const Tensor& bias_k, const Tensor&
   }
 }
 
+// DTypeError unless input `arg` has the parameters' dtype dt.
+void check_param_dtype(const char* op, const char* arg, const Tensor& t, DType dt) {
+  if (t.dtype() != dt)
+    throw_error<DTypeError>(op, "argument '", arg, "' ", t.shape(), " is ", dtype_name(t.dtype()),
+                            " but the parameters are ", dtype_name(dt), " (convert the input, or the module with to())");
+}
+
 // One input of the incremental entry points in the module's layout: float of the parameters'
 // dtype dt, (B, L, F) / (L, B, F) / unbatched (L, F). Returns {B, L} (B = 1 unbatched).
 std::pair<std::size_t, std::size_t> check_sequence(const char* op, const char* arg, const Tensor& t, bool unbatched,
@@ -93,9 +100,7 @@ std::pair<std::size_t, std::size_t> check_sequence(const char* op, const char* a
   if (t.dim() != (unbatched ? 2u : 3u) || t.shape().back() != F)
     throw_error<ShapeError>(op, "argument '", arg, "' ", t.shape(), " must be ", layout, F, ")",
                             unbatched ? " (unbatched)" : batch_first ? "" : " (batch_first(false))");
-  if (t.dtype() != dt)
-    throw_error<DTypeError>(op, "argument '", arg, "' ", t.shape(), " is ", dtype_name(t.dtype()),
-                            " but the parameters are ", dtype_name(dt), " (convert the input, or the module with to())");
+  check_param_dtype(op, arg, t, dt);
   if (unbatched) return {1, t.shape()[0]};
   return batch_first ? std::pair{t.shape()[0], t.shape()[1]} : std::pair{t.shape()[1], t.shape()[0]};
 }
@@ -270,10 +275,7 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& query, const Tensor& k
                             shapes_of(query, key, value));
   const DType dt = out_proj.weight.dtype();
   for (auto [arg, t] : {std::pair<const char*, const Tensor*>{"query", &query}, {"key", &key}, {"value", &value}})
-    if (t->dtype() != dt)
-      throw_error<DTypeError>(op, "argument '", arg, "' ", t->shape(), " is ", dtype_name(t->dtype()),
-                              " but the parameters are ", dtype_name(dt),
-                              " (convert the input, or the module with to())");
+    check_param_dtype(op, arg, *t, dt);
   // Axes in the caller's layout: batch axis bx, sequence axis ax, features at 2 (1 unbatched).
   const std::size_t ax = unbatched ? 0 : bf ? 1 : 0, bx = bf ? 0 : 1, fx = unbatched ? 1 : 2;
   const std::size_t B = unbatched ? 1 : query.shape()[bx], T = query.shape()[ax], S = key.shape()[ax];
@@ -362,9 +364,7 @@ AttentionOutput MultiHeadAttention::forward_unpadded(const Tensor& x, const Unpa
     throw_error<ShapeError>(op, "argument 'x' must be (", rows.rows(), ", ", E, ") (the unpadded rows of ",
                             rows.key_padding_mask.shape(), "), got ", x.shape());
   const DType dt = out_proj.weight.dtype();
-  if (x.dtype() != dt)
-    throw_error<DTypeError>(op, "argument 'x' ", x.shape(), " is ", dtype_name(x.dtype()), " but the parameters are ",
-                            dtype_name(dt), " (convert the input, or the module with to())");
+  check_param_dtype(op, "x", x, dt);
   AttentionOptions with_mask = opt;
   with_mask.key_padding_mask = rows.key_padding_mask;
   const bool fused = !opt.need_weights && !(attn_drop.training() && attn_drop.p > 0) && in_proj_weight.defined() &&

@@ -83,7 +83,7 @@ struct MaskView {
   bool causal = false;
   // With a key padding mask: per batch, 1 + the last key that is not padding (0 if none).
   // Every later key is masked for every query, so no row block computes it.
-  std::vector<std::size_t> key_end;
+  const std::size_t* key_end = nullptr;  // (B), key_ends()
   bool skip_queries = false;  // AttentionMasks::skip_padded_queries (T == S)
 };
 
@@ -92,21 +92,28 @@ std::array<std::size_t, 4> strides4(const Shape& s, const Shape& full) {
   return {v[0], v[1], v[2], v[3]};
 }
 
+// Per batch, 1 + the last key that is not padding (0 if none); empty without a key padding mask.
+std::vector<std::size_t> key_ends(const AttentionMasks& m, const Dims& d) {
+  std::vector<std::size_t> end;
+  if (!m.key_padding_mask.defined()) return end;
+  const bool* padding = m.key_padding_mask.data<bool>();
+  end.assign(d.B, 0);
+  for (std::size_t b = 0; b < d.B; ++b)
+    for (std::size_t s = d.S; s-- > 0;)
+      if (!padding[b * d.S + s]) {
+        end[b] = s + 1;
+        break;
+      }
+  return end;
+}
+
+// key_end: key_ends(m, d), computed once per op call for its forward and backward.
 template <class T>
-MaskView<T> mask_view(const AttentionMasks& m, const Dims& d) {
+MaskView<T> mask_view(const AttentionMasks& m, const Dims& d, const std::vector<std::size_t>& key_end) {
   const Shape full{d.B, d.H, d.T, d.S};
   MaskView<T> v;
   if (m.mask.defined()) v.mask = m.mask.data<bool>(), v.ms = strides4(m.mask.shape(), full);
-  if (m.key_padding_mask.defined()) {
-    v.padding = m.key_padding_mask.data<bool>();
-    v.key_end.assign(d.B, 0);
-    for (std::size_t b = 0; b < d.B; ++b)
-      for (std::size_t s = d.S; s-- > 0;)
-        if (!v.padding[b * d.S + s]) {
-          v.key_end[b] = s + 1;
-          break;
-        }
-  }
+  if (m.key_padding_mask.defined()) v.padding = m.key_padding_mask.data<bool>(), v.key_end = key_end.data();
   if (m.float_mask.defined()) v.add = value<T>(m.float_mask).data(), v.as = strides4(m.float_mask.shape(), full);
   v.causal = m.is_causal;
   v.skip_queries = m.skip_padded_queries;
@@ -325,7 +332,7 @@ std::size_t head_cost(const Dims& d) { return d.T * d.S * (d.D + d.Dv + 1); }
 template <class T>
 std::size_t block_keys(const Dims& d, const MaskView<T>& m, std::size_t b, std::size_t r1) {
   const std::size_t c = m.causal ? std::min(d.S, r1) : d.S;
-  return m.key_end.empty() ? c : std::min(c, m.key_end[b]);
+  return m.key_end ? std::min(c, m.key_end[b]) : c;
 }
 
 // out (B, T, H*Dv) and the row statistics stats (B, H, T, 2) = (max, 1 / sum) of every
@@ -535,9 +542,6 @@ AttentionMasks check_masks(const char* op, const AttentionMasks& in, const Dims&
       throw_error<DTypeError>(op, "argument 'key_padding_mask' must be bool (true = padding), got ",
                               dtype_name(m.key_padding_mask.dtype()), " of shape ", m.key_padding_mask.shape());
     check_shape(op, "key_padding_mask", m.key_padding_mask, {d.B, d.S}, "(B, S)");
-    // a copy (B*S bytes): the backward reads the forward's padding (its trimmed key and query
-    // extents) even if the caller's mask is changed in place in between
-    m.key_padding_mask = m.key_padding_mask.clone();
   }
   if (m.skip_padded_queries && (!m.key_padding_mask.defined() || d.T != d.S))
     throw_error<ValueError>(op, "skip_padded_queries needs a key_padding_mask and as many queries as keys (self-attention); got ",
@@ -611,10 +615,13 @@ bool recording(const std::vector<Tensor>& inputs) {
 }
 
 // The fused op over q, k, v given as (data, row stride, first column) inside `inputs`
-// (three tensors, or one packed qkv).
+// (three tensors, or one packed qkv). The node's inputs are these, then the defined masks
+// (never differentiated here): the engine's saved-version check then refuses a backward
+// after an in-place change to a mask, whose padding also sets the trimmed extents.
 Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d, const AttentionMasks& masks,
                        double scale) {
   const bool packed = inputs.size() == 1;
+  const std::size_t n_qkv = inputs.size();
   const std::size_t E = d.H * d.D, Ev = d.H * d.Dv;
   // qkv columns: [0, E) q, [E, 2E) k, [2E, 2E + Ev) v
   auto views = [packed, E, Ev, d](auto* q, auto* k, auto* v) {
@@ -626,6 +633,7 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
     }
     return std::array<HeadView<P>, 3>{heads_of(q, d.T, E, d.D), heads_of(k, d.S, E, d.D), heads_of(v, d.S, Ev, d.Dv)};
   };
+  const std::vector<std::size_t> key_end = key_ends(masks, d);  // read by both passes
   Tensor stats;  // (B, H, T, 2): each query's softmax max and 1 / sum
   Tensor saved;  // (B, H, T, S) probabilities, when small enough to keep (keep_probabilities)
   Tensor out = dispatch_float(op, inputs[0].dtype(), [&](auto zero) {
@@ -638,20 +646,23 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
     const bool keep = keep_probabilities(d, sizeof(T)) && recording(inputs);
     if (keep) saved = empty_tensor<T>({d.B, d.H, d.T, d.S}, op);
     const auto in = views(q, k, v);
-    forward_kernel<T>(d, T(scale), in[0], in[1], in[2], mask_view<T>(masks, d), fresh_value<T>(stats).data(),
+    forward_kernel<T>(d, T(scale), in[0], in[1], in[2], mask_view<T>(masks, d, key_end), fresh_value<T>(stats).data(),
                       keep ? fresh_value<T>(saved).data() : nullptr, heads_of(fresh_value<T>(o).data(), d.T, Ev, d.Dv));
     return o;
   });
   auto differentiable = [=](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     const Tensor& x = n.input(0);
+    std::vector<Tensor> grads(n.inputs().size());  // the masks' stay undefined
     if (packed) {
       const auto gr = composite_backward(narrow(x, 2, 0, E), narrow(x, 2, E, E), narrow(x, 2, 2 * E, Ev), g,
                                          masks, d, scale);
-      return {concat({gr[0], gr[1], gr[2]}, 2)};
+      grads[0] = concat({gr[0], gr[1], gr[2]}, 2);
+      return grads;
     }
     const auto gr = composite_backward(x, n.input(1), n.input(2), g, masks, d, scale);
-    return {n.needs_grad(0) ? gr[0] : Tensor(), n.needs_grad(1) ? gr[1] : Tensor(),
-            n.needs_grad(2) ? gr[2] : Tensor()};
+    for (std::size_t i = 0; i < 3; ++i)
+      if (n.needs_grad(i)) grads[i] = gr[i];
+    return grads;
   };
   auto first_order = [=](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return dispatch_float(op, g.dtype(), [&](auto zero) -> std::vector<Tensor> {
@@ -663,8 +674,8 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
       const auto dO = heads_of(value<T>(g).data(), d.T, Ev, d.Dv);
       // Gradients of the inputs that need one (the packed qkv input: one gradient), made in
       // place; the others stay undefined.
-      std::vector<Tensor> grads(packed ? 1 : 3);
-      for (std::size_t i = 0; i < grads.size(); ++i)
+      std::vector<Tensor> grads(n.inputs().size());  // the masks' stay undefined
+      for (std::size_t i = 0; i < n_qkv; ++i)
         if (packed || n.needs_grad(i)) grads[i] = empty_tensor<T>(n.input(i).shape(), op);
       auto data = [&](std::size_t i) { return grads[i].defined() ? fresh_value<T>(grads[i]).data() : nullptr; };
       std::array<HeadView<T>, 3> out{};
@@ -676,12 +687,14 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
           if (n.needs_grad(i)) out[i] = all[i];
       }
       backward_kernel<T>(d, T(scale), in[0], in[1], in[2], value<T>(stats).data(),
-                         saved.defined() ? value<T>(saved).data() : nullptr, mask_view<T>(masks, d), dO,
+                         saved.defined() ? value<T>(saved).data() : nullptr, mask_view<T>(masks, d, key_end), dO,
                          out[0], out[1], out[2]);
       return grads;
     });
   };
-  return record_fused(op, out, inputs, first_order, differentiable);
+  for (const Tensor* m : {&masks.mask, &masks.key_padding_mask, &masks.float_mask})
+    if (m->defined()) inputs.push_back(*m);
+  return record_fused(op, out, std::move(inputs), first_order, differentiable);
 }
 
 bool mask_needs_grad(const AttentionMasks& m) {

@@ -68,7 +68,9 @@ AttentionMasks attention_masks(const char* op, const Tensor& attn_mask, const Te
 // all gradients through it are 0, never NaN. Differentiable in q, k, v and float_mask;
 // twice differentiable (under create_graph the backward is composed of xgrad ops).
 // Errors: ShapeError / DTypeError naming 'q', 'k', 'v' or the mask and the shapes; ValueError for
-// skip_padded_queries without a key_padding_mask or with T != S.
+// skip_padded_queries without a key_padding_mask or with T != S. The masks are saved for the
+// backward as inputs after q, k, v (qkv): one written in place before it is a GraphError, as
+// for any saved input (framework/autograd.hpp).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, std::size_t num_heads,
                  const AttentionMasks& masks = {}, double scale = 0);
 

@@ -14,6 +14,7 @@
 #include "xgrad/models/layers.hpp"
 #include "xgrad/models/module.hpp"
 #include "xgrad/models/optim.hpp"
+#include "xgrad/ops/attention.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/matmul.hpp"
 #include "xgrad/ops/reduce.hpp"
@@ -148,6 +149,56 @@ BOOST_AUTO_TEST_CASE(training_loop_unaffected) {
   }
   BOOST_TEST(last < first);
   BOOST_TEST(layer.weight.version() == v0 + 20);  // one bump per step
+}
+
+// The fused attention op records its masks as (non-differentiable) inputs after q, k, v: a
+// mask written in place before the backward is refused like any saved input, whose padding
+// would otherwise change the key and query extents the backward reads.
+BOOST_AUTO_TEST_CASE(attention_mask_written_between_forward_and_backward) {
+  const std::size_t B = 2, T = 3, S = 4, H = 2, D = 2;
+  auto run = [&](const char* what, auto set_masks, auto write, const std::vector<std::string>& parts) {
+    BOOST_TEST_CONTEXT(what) {
+      Tensor q = test::leaf(test::vals(B * T * H * D, 1), {B, T, H * D});
+      Tensor k = test::leaf(test::vals(B * S * H * D, 2), {B, S, H * D});
+      Tensor v = test::leaf(test::vals(B * S * H * D, 3), {B, S, H * D});
+      AttentionMasks m;
+      set_masks(m);
+      Tensor loss = sum(mul(attention(q, k, v, H, m), f64(test::vals(B * T * H * D, 4), {B, T, H * D})));
+      write(m);
+      expect_modified([&] { loss.backward(); }, parts);
+      BOOST_TEST(!q.grad().defined());
+      BOOST_TEST(!k.grad().defined());
+    }
+  };
+  auto padding = [&](AttentionMasks& m) {
+    m.key_padding_mask = zeros({B, S}, DType::Bool);
+    m.key_padding_mask.mutable_data<bool>()[S - 1] = true;  // batch 0: the last key is padding
+  };
+  run("key_padding_mask", padding, [&](AttentionMasks& m) { m.key_padding_mask.mutable_data<bool>()[S - 1] = false; },
+      {"op 'attention': input 3 (2, 4) bool was modified in place", "(version saved 1, now 2)"});
+  run("mask and key_padding_mask",
+      [&](AttentionMasks& m) {
+        padding(m);
+        m.mask = zeros({T, S}, DType::Bool);
+        m.mask.mutable_data<bool>()[1] = true;  // not causal in content: kept
+      },
+      [&](AttentionMasks& m) { m.mask.mutable_data<bool>()[2] = true; },
+      {"op 'attention': input 3 (3, 4) bool was modified in place"});
+  run("float_mask", [&](AttentionMasks& m) { m.float_mask = f64(test::vals(T * S, 5), {T, S}); },
+      [&](AttentionMasks& m) { m.float_mask.mutable_data<double>()[0] = 7; },
+      {"op 'attention': input 3 (3, 4) float64 was modified in place"});
+  // attention_packed: the mask is input 1, after qkv
+  Tensor qkv = test::leaf(test::vals(B * T * 3 * H * D, 6), {B, T, 3 * H * D});
+  AttentionMasks m;
+  m.key_padding_mask = zeros({B, T}, DType::Bool);
+  Tensor loss = sum(attention_packed(qkv, H, m));
+  m.key_padding_mask.mutable_data<bool>()[0] = true;
+  expect_modified([&] { loss.backward(); }, {"op 'attention_packed': input 1 (2, 3) bool was modified in place"});
+  // unchanged masks: the backward runs (and a mask written after it is free to change)
+  Tensor loss2 = sum(attention_packed(qkv, H, m));
+  loss2.backward();
+  BOOST_TEST(qkv.grad().defined());
+  m.key_padding_mask.mutable_data<bool>()[0] = false;
 }
 
 BOOST_AUTO_TEST_CASE(writes_before_the_forward_unaffected) {
