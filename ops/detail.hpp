@@ -54,6 +54,13 @@ template <class T>
 void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
           const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc);
 
+// gemm<float> with every dimension <= kSmallGemmMax runs small_gemm (ops/small_gemm.cpp): the
+// same contract, without BLAS's per-call cost, which is most of the time of such a product.
+constexpr std::size_t kSmallGemmMax = 32;
+bool small_gemm_fits(std::size_t M, std::size_t N, std::size_t K);
+void small_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
+                std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc);
+
 // sum_{i < n} f(i) in kLanes interleaved partial sums: independent adds pipeline (and the
 // compiler can vectorise them) where one running sum is a chain of n dependent adds.
 // Always inlined, so that inside an XGRAD_ISA_KERNEL variant it is compiled for that variant's ISA (there

@@ -1,6 +1,7 @@
 // Forward values of every public op against independently derived numbers (hand-computed
 // small cases, or plain loops over std:: math -- never other xgrad ops), in float64 and
 // float32, with broadcasting; plus a few hand-derived gradients.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <functional>
@@ -12,6 +13,7 @@
 #include "helpers.hpp"
 #include "xgrad/framework/autograd.hpp"
 #include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/runtime.hpp"
 #include "xgrad/framework/tensor.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/mask.hpp"
@@ -724,6 +726,56 @@ BOOST_AUTO_TEST_CASE(matmul_float32_within_the_derived_error_bound) {
         }
       });
   }
+}
+
+// Float32 products with every dimension <= 32 run xgrad's own small GEMM (ops/small_gemm.cpp),
+// 33 and more OpenBLAS: both within the derived bound on every CPU path, for every transpose
+// and tile tail (4-row, 16-column tiles). Each element is a function of its row of op(A) and
+// column of op(B) alone: a row computed by itself, or a column, has the same bits.
+BOOST_AUTO_TEST_CASE(small_float32_gemm_within_the_bound_on_every_cpu_path) {
+  const CpuPath before = cpu_path();
+  for (CpuPath path : supported_cpu_paths()) {
+    set_cpu_path(path);
+    for (const auto& nkm : {std::array<std::size_t, 3>{1, 1, 1}, std::array<std::size_t, 3>{3, 7, 5},
+                            std::array<std::size_t, 3>{4, 16, 16}, std::array<std::size_t, 3>{5, 17, 15},
+                            std::array<std::size_t, 3>{16, 16, 16}, std::array<std::size_t, 3>{31, 29, 32},
+                            std::array<std::size_t, 3>{32, 32, 32}, std::array<std::size_t, 3>{33, 16, 16},
+                            std::array<std::size_t, 3>{16, 33, 16}, std::array<std::size_t, 3>{16, 16, 33}}) {
+      const std::size_t n = nkm[0], k = nkm[1], m = nkm[2];
+      const Vec A = round32(vals(n * k, 95)), B = round32(vals(k * m, 96));
+      for (int ta = 0; ta < 2; ++ta)
+        for (int tb = 0; tb < 2; ++tb)
+          BOOST_TEST_CONTEXT(cpu_path_name(path) << " (" << n << ", " << k << ") x (" << k << ", " << m << "), ta "
+                                                 << ta << " tb " << tb) {
+            const Tensor a = ta ? f32(tr(A, n, k), {k, n}) : f32(A, {n, k});
+            const Tensor b = tb ? f32(tr(B, k, m), {m, k}) : f32(B, {k, m});
+            const Tensor y = matmul(a, b, ta, tb);
+            BOOST_TEST(test::gemm_f32_within_bound(y, A, B, n, k, m));
+            if (ta || tb) continue;
+            const auto yv = y.to_vector();
+            const std::size_t i = n - 1, j = m - 1;  // the last row and column: the tail tiles
+            const auto row = matmul(f32(Vec(A.begin() + i * k, A.begin() + (i + 1) * k), {1, k}), b).to_vector();
+            Vec col_b(k);
+            for (std::size_t q = 0; q < k; ++q) col_b[q] = B[q * m + j];
+            const auto col = matmul(a, f32(col_b, {k, 1})).to_vector();
+            bool same = true;
+            for (std::size_t c = 0; c < m; ++c) same = same && row[c] == yv[i * m + c];
+            for (std::size_t r = 0; r < n; ++r) same = same && col[r] == yv[r * m + j];
+            if (n <= 32 && k <= 32 && m <= 32) BOOST_TEST(same);
+          }
+    }
+  }
+  // The AVX-512 and AVX2 micro-kernels fuse the same multiply-adds in the same order.
+  const auto paths = supported_cpu_paths();
+  if (std::find(paths.begin(), paths.end(), CpuPath::Avx512) != paths.end()) {
+    const Vec A = round32(vals(31 * 29, 97)), B = round32(vals(29 * 30, 98));
+    set_cpu_path(CpuPath::Avx512);
+    const auto y512 = matmul(f32(A, {31, 29}), f32(B, {30, 29}), false, true).to_vector();
+    set_cpu_path(CpuPath::Avx2);
+    const auto y2 = matmul(f32(A, {31, 29}), f32(B, {30, 29}), false, true).to_vector();
+    BOOST_TEST(y512 == y2);
+  }
+  set_cpu_path(before);
 }
 
 BOOST_AUTO_TEST_CASE(matmul_batched_and_broadcast_batch) {
