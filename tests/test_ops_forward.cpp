@@ -15,6 +15,7 @@
 #include "xgrad/framework/errors.hpp"
 #include "xgrad/framework/runtime.hpp"
 #include "xgrad/framework/tensor.hpp"
+#include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/mask.hpp"
 #include "xgrad/ops/matmul.hpp"
@@ -774,6 +775,68 @@ BOOST_AUTO_TEST_CASE(small_float32_gemm_within_the_bound_on_every_cpu_path) {
     set_cpu_path(CpuPath::Avx2);
     const auto y2 = matmul(f32(A, {31, 29}), f32(B, {30, 29}), false, true).to_vector();
     BOOST_TEST(y512 == y2);
+  }
+  set_cpu_path(before);
+}
+
+// The small GEMM's contract with strided operands, as attention's per-head products use it
+// (a head's columns inside a wider row, accumulated with beta = 1): it writes C's M x N block
+// only (a 4-row, 16-column tile never spills into the next head's columns or rows), never reads
+// C for beta 0 (NaN there stays out), and for beta != 0 gives alpha op(A) op(B) + beta C with
+// both products rounded before the sum, the bits of the beta 0 product plus beta C.
+BOOST_AUTO_TEST_CASE(small_float32_gemm_writes_its_block_only_and_reads_c_only_for_beta) {
+  const CpuPath before = cpu_path();
+  constexpr float kSentinel = 1234.5f;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (CpuPath path : supported_cpu_paths()) {
+    set_cpu_path(path);
+    for (const auto& mnk : {std::array<std::size_t, 3>{1, 1, 1}, std::array<std::size_t, 3>{3, 8, 5},
+                            std::array<std::size_t, 3>{4, 16, 16}, std::array<std::size_t, 3>{7, 17, 3},
+                            std::array<std::size_t, 3>{6, 32, 9}, std::array<std::size_t, 3>{32, 31, 32}}) {
+      const std::size_t M = mnk[0], N = mnk[1], K = mnk[2];
+      for (int flags = 0; flags < 4; ++flags) {
+        const bool ta = flags & 1, tb = flags & 2;
+        const std::size_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 5;  // strided, as heads are
+        std::vector<float> A((ta ? K : M) * lda), B((tb ? N : K) * ldb);
+        const Vec av = round32(vals(A.size(), 31)), bv = round32(vals(B.size(), 32));
+        std::copy(av.begin(), av.end(), A.begin());
+        std::copy(bv.begin(), bv.end(), B.begin());
+        const Vec cv = round32(vals(M * N, 33));  // C before a beta != 0 product
+        const std::size_t rows = M + 2;  // two rows of C below the block
+        std::vector<float> dense(M * N), c0(rows * ldc, kSentinel), c1(rows * ldc, kSentinel);
+        for (std::size_t i = 0; i < M; ++i)
+          for (std::size_t j = 0; j < N; ++j) c0[i * ldc + j] = nan, c1[i * ldc + j] = float(cv[i * N + j]);
+        const float alpha = 0.5f, beta = -1.5f;  // beta C is rounded: a fused sum would differ
+        detail::gemm<float>(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0f, dense.data(), N);
+        detail::gemm<float>(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0f, c0.data(), ldc);
+        detail::gemm<float>(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, c1.data(), ldc);
+        BOOST_TEST_CONTEXT(cpu_path_name(path) << " M " << M << " N " << N << " K " << K << " ta " << ta << " tb "
+                                               << tb) {
+          std::size_t wrong0 = 0, wrong1 = 0, outside = 0;
+          for (std::size_t i = 0; i < rows; ++i)
+            for (std::size_t j = 0; j < ldc; ++j) {
+              if (i >= M || j >= N) {
+                outside += c0[i * ldc + j] != kSentinel || c1[i * ldc + j] != kSentinel;
+                continue;
+              }
+              const float y = dense[i * N + j], scaled = beta * float(cv[i * N + j]);
+              wrong0 += c0[i * ldc + j] != y;
+              wrong1 += c1[i * ldc + j] != y + scaled;
+            }
+          BOOST_TEST(outside == 0u);
+          BOOST_TEST(wrong0 == 0u);
+          BOOST_TEST(wrong1 == 0u);
+          // and the product itself: within the derived bound of op(A) op(B)
+          Vec a_mk(M * K), b_kn(K * N), y(M * N);
+          for (std::size_t i = 0; i < M; ++i)
+            for (std::size_t k = 0; k < K; ++k) a_mk[i * K + k] = ta ? A[k * lda + i] : A[i * lda + k];
+          for (std::size_t k = 0; k < K; ++k)
+            for (std::size_t j = 0; j < N; ++j) b_kn[k * N + j] = tb ? B[j * ldb + k] : B[k * ldb + j];
+          for (std::size_t i = 0; i < M * N; ++i) y[i] = 2.0 * double(dense[i]);  // alpha = 1/2: exact
+          BOOST_TEST(test::gemm_f32_within_bound(f32(y, {M, N}), a_mk, b_kn, M, K, N));
+        }
+      }
+    }
   }
   set_cpu_path(before);
 }
