@@ -752,7 +752,7 @@ BOOST_AUTO_TEST_CASE(small_float32_gemm_within_the_bound_on_every_cpu_path) {
             const Tensor b = tb ? f32(tr(B, k, m), {m, k}) : f32(B, {k, m});
             const Tensor y = matmul(a, b, ta, tb);
             BOOST_TEST(test::gemm_f32_within_bound(y, A, B, n, k, m));
-            if (ta || tb) continue;
+            if (ta || tb || n > 32 || k > 32 || m > 32) continue;  // OpenBLAS promises no such independence
             const auto yv = y.to_vector();
             const std::size_t i = n - 1, j = m - 1;  // the last row and column: the tail tiles
             const auto row = matmul(f32(Vec(A.begin() + i * k, A.begin() + (i + 1) * k), {1, k}), b).to_vector();
@@ -762,7 +762,7 @@ BOOST_AUTO_TEST_CASE(small_float32_gemm_within_the_bound_on_every_cpu_path) {
             bool same = true;
             for (std::size_t c = 0; c < m; ++c) same = same && row[c] == yv[i * m + c];
             for (std::size_t r = 0; r < n; ++r) same = same && col[r] == yv[r * m + j];
-            if (n <= 32 && k <= 32 && m <= 32) BOOST_TEST(same);
+            BOOST_TEST(same);
           }
     }
   }
