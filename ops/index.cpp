@@ -135,10 +135,10 @@ Tensor gather_values(const char* op, const Tensor& x, std::size_t axis, const Te
       static_cast<const ArrayVariant&>(*x.impl()->value));
 }
 
-// gather's backward (also topk's): dx = scatter_add(zeros(X), axis, index, g).
-BackwardFn gather_backward(std::size_t axis, const Tensor& index) {
-  return [axis, index](const Node& n, const Tensor& g) -> std::vector<Tensor> {
-    return {scatter_add(zeros(n.input(0).shape(), g.dtype()), long(axis), index, g)};
+// gather's backward (also topk's), node inputs {x, index}: dx = scatter_add(zeros(X), axis, index, g).
+BackwardFn gather_backward(std::size_t axis) {
+  return [axis](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    return {scatter_add(zeros(n.input(0).shape(), g.dtype()), long(axis), n.input(1), g), Tensor()};
   };
 }
 
@@ -223,8 +223,8 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
     for (std::size_t i = 0; i < indices.numel(); ++i) std::copy_n(w + std::size_t(idx[i]) * D, D, po + i * D);
     return out;
   });
-  return record("embedding", y, {weight}, [indices, N](const Node&, const Tensor& g) -> std::vector<Tensor> {
-    return {embedding_backward(g, indices, N)};
+  return record("embedding", y, {weight, indices}, [N](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    return {embedding_backward(g, n.input(1), N), Tensor()};
   });
 }
 
@@ -249,8 +249,8 @@ Tensor embedding_backward(const Tensor& g, const Tensor& indices, std::size_t nu
     }
     return out;
   });
-  return record("embedding_backward", y, {g}, [indices](const Node&, const Tensor& gg) -> std::vector<Tensor> {
-    return {embedding(gg, indices)};
+  return record("embedding_backward", y, {g, indices}, [](const Node& n, const Tensor& gg) -> std::vector<Tensor> {
+    return {embedding(gg, n.input(1)), Tensor()};
   });
 }
 
@@ -366,7 +366,7 @@ TopK topk(const Tensor& x_in, long k, long axis, bool largest, bool sorted) {
       }
   });
   Tensor values = gather_values(op, x, ax, indices);
-  if (is_float(x.dtype())) values = record(op, values, {x}, gather_backward(ax, indices));
+  if (is_float(x.dtype())) values = record(op, values, {x, indices}, gather_backward(ax));
   if (scalar_in && kk == 1) return {reshape(values, {}), reshape(indices, {})};
   return {values, indices};
 }
@@ -383,7 +383,7 @@ Tensor gather(const Tensor& x_in, long axis, const Tensor& index_in) {
   const std::size_t ax = axis_of(op, axis, x);
   check_gather_index(op, x, ax, index);
   Tensor y = gather_values(op, x, ax, index);
-  if (is_float(x.dtype())) y = record(op, y, {x}, gather_backward(ax, index));
+  if (is_float(x.dtype())) y = record(op, y, {x, index}, gather_backward(ax));
   return scalar_in && index_in.dim() == 0 ? reshape(y, {}) : y;
 }
 
@@ -419,8 +419,8 @@ Tensor scatter_add(const Tensor& x, long axis, const Tensor& index, const Tensor
     return make_tensor(std::move(out));
   });
   if (!is_float(x.dtype())) return y;
-  return record(op, y, {x, src}, [ax, index](const Node& n, const Tensor& g) -> std::vector<Tensor> {
-    return {n.needs_grad(0) ? g : Tensor(), n.needs_grad(1) ? gather(g, long(ax), index) : Tensor()};
+  return record(op, y, {x, src, index}, [ax](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    return {n.needs_grad(0) ? g : Tensor(), n.needs_grad(1) ? gather(g, long(ax), n.input(2)) : Tensor(), Tensor()};
   });
 }
 
@@ -470,8 +470,8 @@ Tensor index_select(const Tensor& x_in, long axis, const Tensor& index_in) {
       },
       static_cast<const ArrayVariant&>(*x.impl()->value));
   if (is_float(x.dtype()))
-    y = record(op, y, {x}, [ax, index](const Node& n, const Tensor& g) -> std::vector<Tensor> {
-      return {index_add_zeros(n.input(0).shape(), long(ax), index, g)};
+    y = record(op, y, {x, index}, [ax](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+      return {index_add_zeros(n.input(0).shape(), long(ax), n.input(1), g), Tensor()};
     });
   return x_in.dim() == 0 && index_in.dim() == 0 ? reshape(y, {}) : y;
 }
@@ -507,8 +507,9 @@ Tensor index_add(const Tensor& x, long axis, const Tensor& index_in, const Tenso
     return make_tensor(std::move(out));
   });
   if (!is_float(x.dtype())) return y;
-  return record(op, y, {x, src}, [ax, index](const Node& n, const Tensor& g) -> std::vector<Tensor> {
-    return {n.needs_grad(0) ? g : Tensor(), n.needs_grad(1) ? index_select(g, long(ax), index) : Tensor()};
+  return record(op, y, {x, src, index}, [ax](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    return {n.needs_grad(0) ? g : Tensor(), n.needs_grad(1) ? index_select(g, long(ax), n.input(2)) : Tensor(),
+            Tensor()};
   });
 }
 
@@ -574,8 +575,8 @@ Tensor index_add_zeros(const Shape& shape, long axis, const Tensor& index_in, co
     return out;
   });
   if (!is_float(src.dtype())) return y;
-  return record(op, y, {src}, [ax, index](const Node&, const Tensor& g) -> std::vector<Tensor> {
-    return {index_select(g, long(ax), index)};
+  return record(op, y, {src, index}, [ax](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    return {index_select(g, long(ax), n.input(1)), Tensor()};
   });
 }
 
@@ -598,9 +599,9 @@ Tensor pack_rows(const Tensor& x, const Tensor& index_in) {
       },
       static_cast<const ArrayVariant&>(*x.impl()->value));
   if (!is_float(x.dtype())) return y;
-  return record(op, y, {x}, [index](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+  return record(op, y, {x, index}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     const Shape& xs = n.input(0).shape();
-    return {unpack_rows(g, index, Shape(xs.begin(), xs.end() - 1))};
+    return {unpack_rows(g, n.input(1), Shape(xs.begin(), xs.end() - 1)), Tensor()};
   });
 }
 
@@ -625,8 +626,8 @@ Tensor unpack_rows(const Tensor& y, const Tensor& index_in, const Shape& rows) {
     return t;
   });
   if (!is_float(y.dtype())) return out;
-  return record(op, out, {y}, [index](const Node&, const Tensor& g) -> std::vector<Tensor> {
-    return {pack_rows(g, index)};
+  return record(op, out, {y, index}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    return {pack_rows(g, n.input(1)), Tensor()};
   });
 }
 

@@ -11,6 +11,10 @@
 //   pack_rows    <-> unpack_rows      (the same over a tensor's leading axes merged)
 //   embedding    <-> embedding_backward
 // topk's values are differentiable (their backward is gather's); indices never are.
+// Each recorded op saves its index as a (non-differentiable) input of its node, after the
+// tensor inputs: an in-place write to the index (mutable_data) between the forward and the
+// backward is the engine's GraphError ("op 'gather': input 1 (2, 3) int64 was modified in
+// place ..."), not a gradient taken with other indices. topk's values node saves its indices.
 #pragma once
 #include <cstdint>
 

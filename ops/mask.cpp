@@ -43,8 +43,8 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double fill) {
     return make_tensor(std::move(v));
   });
   return record(
-      "masked_fill", y, {x},
-      [m](const Node&, const Tensor& g) -> std::vector<Tensor> { return {masked_fill(g, m, 0.0)}; },
+      "masked_fill", y, {x, m},
+      [](const Node& n, const Tensor& g) -> std::vector<Tensor> { return {masked_fill(g, n.input(1), 0.0), Tensor()}; },
       /*allow_nonfinite=*/!std::isfinite(fill));
 }
 
@@ -59,10 +59,11 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     xt::xarray<T> v = xt::where(value<bool>(cond), value<T>(a), value<T>(b));
     return make_tensor(std::move(v));
   });
-  return record("where", y, {a, b}, [cond](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+  return record("where", y, {a, b, cond}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    const Tensor& cond = n.input(2);
     Tensor zero = scalar(0.0, g.dtype());
     return {n.needs_grad(0) ? sum_to(where(cond, g, zero), n.input(0).shape()) : Tensor(),
-            n.needs_grad(1) ? sum_to(where(cond, zero, g), n.input(1).shape()) : Tensor()};
+            n.needs_grad(1) ? sum_to(where(cond, zero, g), n.input(1).shape()) : Tensor(), Tensor()};
   });
 }
 

@@ -2,7 +2,8 @@
 //
 // Convention (as torch.nn.MultiheadAttention's boolean masks): **true = masked**, i.e. the
 // position is excluded / not allowed to attend. Masks are Bool tensors and never
-// differentiable.
+// differentiable. masked_fill and where save their mask as an input of their node (after x,
+// or after a and b): writing it in place before the backward is the engine's GraphError.
 #pragma once
 #include "xgrad/framework/tensor.hpp"
 
