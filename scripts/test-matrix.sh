@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the numeric suites (xgrad_tests) once per CPU code path this CPU can run
 # (XGRAD_CPU_PATH = baseline, avx2, avx512) crossed with OpenBLAS's default kernels and each
-# kernel family this CPU can run (OPENBLAS_CORETYPE = Haswell, Zen, SkylakeX, Sandybridge).
+# kernel family this CPU can run (OPENBLAS_CORETYPE = Sandybridge, Haswell, Zen, SkylakeX,
+# Cooperlake).
 # If the environment already sets OPENBLAS_CORETYPE (some processors need a pinned kernel:
 # older OpenBLAS builds compute wrong results or crash on them), it is left as it is and only
 # the CPU paths vary. Usage: test-matrix.sh BUILD_DIR. Prints one line per run and a summary.
@@ -24,6 +25,7 @@ else
   has avx && cores+=(Sandybridge)
   has avx2 fma && cores+=(Haswell Zen)
   has avx512f avx512bw avx512dq avx512vl && cores+=(SkylakeX)
+  has avx512f avx512bw avx512dq avx512vl avx512_bf16 && cores+=(Cooperlake)  # the kernels Zen 4/5 get by default
 fi
 
 runs=0
