@@ -57,10 +57,6 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
 // gemm<float> with every dimension <= kSmallGemmMax runs small_gemm (ops/small_gemm.cpp): the
 // same contract, without BLAS's per-call cost, which is most of the time of such a product.
 constexpr std::size_t kSmallGemmMax = 32;
-constexpr std::size_t kSmallGemmTile = 16;  // columns of C per micro-kernel tile
-constexpr std::size_t round_up_to_tile(std::size_t n) {  // the panel's row length for N = n
-  return (n + kSmallGemmTile - 1) / kSmallGemmTile * kSmallGemmTile;
-}
 inline bool small_gemm_fits(std::size_t M, std::size_t N, std::size_t K) {
   return M <= kSmallGemmMax && N <= kSmallGemmMax && K <= kSmallGemmMax;
 }

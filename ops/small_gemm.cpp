@@ -35,9 +35,9 @@
 namespace xgrad::detail {
 namespace {
 
-constexpr std::size_t kRows = 4;  // rows of C per tile
-static_assert(kSmallGemmTile == 16, "the micro-kernels hold a tile row in one AVX-512 register, two AVX2 ones");
-constexpr std::size_t kCols = kSmallGemmTile;
+constexpr std::size_t kRows = 4;   // rows of C per tile
+constexpr std::size_t kCols = 16;  // columns of C per tile: one AVX-512 register, two AVX2 ones
+constexpr std::size_t round_up_to_tile(std::size_t n) { return (n + kCols - 1) / kCols * kCols; }  // NP of N
 constexpr std::size_t kPanelCols = round_up_to_tile(kSmallGemmMax);
 
 // The tile of C at c (row stride ldc), rows r < rows <= kRows, columns l < cols <= kCols:
@@ -81,7 +81,7 @@ XGRAD_TARGET_AVX512 void tile_avx512(const float* const* a, std::size_t ka, cons
   }
   const __m512 acc[kRows] = {c0, c1, c2, c3};
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  const __mmask16 m = cols >= kCols ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);  // lanes l < cols
+  const __mmask16 m = __mmask16((1u << cols) - 1);  // lanes l < cols
   for (std::size_t r = 0; r < rows; ++r, c += ldc) {
     __m512 y = _mm512_mul_ps(va, acc[r]);
     if (beta != 0.0f) {
@@ -115,7 +115,7 @@ XGRAD_TARGET_AVX2 void tile_avx2(const float* const* a, std::size_t ka, const fl
   }
   const __m256 acc[2 * kRows] = {c0, c1, c2, c3, c4, c5, c6, c7};
   const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
-  const std::int32_t* mask = kLaneMask + kCols - std::min(cols, kCols);
+  const std::int32_t* mask = kLaneMask + kCols - cols;
   const __m256i m_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(mask)),
                 m_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(mask + 8));
   const bool full = cols >= kCols;

@@ -189,21 +189,26 @@ inline void report(const Golden& g, const Deviation& d) {
                                << d.max_ratio << " (" << d.worst << ")");
 }
 
-// Gradients of sum(output * upstream) w.r.t. the named inputs and the module's parameters,
-// compared with "grad.<input>" and "grad.param.<name>".
-inline void compare_grads(Golden& g, const Tensor& output, const NamedTensors& inputs,
-                   const NamedTensors& params, Deviation& dev, const Tolerance& tol = {}) {
+// Gradients of sum(output * upstream) w.r.t. the named inputs and the module's parameters:
+// check(key, gradient) with key "grad.<input>" or "grad.param.<name>".
+template <class Check>
+void for_each_grad(Golden& g, const Tensor& output, const NamedTensors& inputs, const NamedTensors& params,
+                   Check&& check) {
   Tensor loss = sum(mul(output, g.at("upstream")));
   std::vector<Tensor> wrt;
-  for (auto& [n, t] : inputs) wrt.push_back(t);
-  for (auto& [n, t] : params) wrt.push_back(t);
+  std::vector<std::string> keys;
+  for (auto& [n, t] : inputs) wrt.push_back(t), keys.push_back("grad." + n);
+  for (auto& [n, t] : params) wrt.push_back(t), keys.push_back("grad.param." + n);
   std::vector<Tensor> gs = grad({loss}, wrt);
   BOOST_TEST_REQUIRE(gs.size() == wrt.size());
-  for (std::size_t i = 0; i < inputs.size(); ++i)
-    compare("grad." + inputs[i].first, gs[i], g.at("grad." + inputs[i].first), dev, tol);
-  for (std::size_t i = 0; i < params.size(); ++i)
-    compare("grad.param." + params[i].first, gs[inputs.size() + i],
-            g.at("grad.param." + params[i].first), dev, tol);
+  for (std::size_t i = 0; i < gs.size(); ++i) check(keys[i], gs[i]);
+}
+
+// The same gradients compared with the fixture's "grad.<input>" and "grad.param.<name>".
+inline void compare_grads(Golden& g, const Tensor& output, const NamedTensors& inputs,
+                   const NamedTensors& params, Deviation& dev, const Tolerance& tol = {}) {
+  for_each_grad(g, output, inputs, params,
+                [&](const std::string& key, const Tensor& dx) { compare(key, dx, g.at(key), dev, tol); });
 }
 
 inline std::set<std::string> names_of(const NamedTensors& ts) {

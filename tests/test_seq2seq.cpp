@@ -89,14 +89,8 @@ void run_transformer_fixture(const std::string& name) {
     NoGradGuard no_grad;
     expect("output (tgt_is_causal)", model.forward(inputs[0].second, inputs[1].second, causal), "output");
   }
-  // gradients of sum(output * upstream) w.r.t. src, tgt and every parameter
-  std::vector<Tensor> wrt;
-  std::vector<std::string> keys;
-  for (const auto& [n, t] : inputs) wrt.push_back(t), keys.push_back("grad." + n);
-  for (const auto& [n, t] : model.named_parameters()) wrt.push_back(t), keys.push_back("grad.param." + n);
-  const std::vector<Tensor> grads = grad({sum(mul(out, g.at("upstream")))}, wrt);
-  BOOST_TEST_REQUIRE(grads.size() == wrt.size());
-  for (std::size_t i = 0; i < grads.size(); ++i) expect(keys[i], grads[i], keys[i]);
+  for_each_grad(g, out, inputs, model.named_parameters(),
+                [&](const std::string& key, const Tensor& dx) { expect(key, dx, key); });
   g.check_all_used();
   report(g, dev);
   if (truth) {
