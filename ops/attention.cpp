@@ -249,11 +249,12 @@ XGRAD_FASTMATH_INLINE void softmax_rows_impl(T* X, std::size_t ldx, std::size_t 
 // The probabilities softmax_rows_impl wrote, from the same scores and its row statistics:
 // P = exp_shifted(x - max) * (1 / sum), the same operations in the same order, so the same bits.
 template <class T>
-XGRAD_FASTMATH_INLINE void probs_rows_impl(T* X, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S,
-                                           std::size_t b, std::size_t h, const MaskView<T>& m, const T* stats) {
+XGRAD_FASTMATH_INLINE void probs_rows_impl(T* X, std::size_t ldx, std::size_t r0, std::size_t r1, std::size_t c,
+                                           std::size_t S, std::size_t b, std::size_t h, const MaskView<T>& m,
+                                           const T* stats) {
   const T ninf = -std::numeric_limits<T>::infinity();
   for (std::size_t i = r0; i < r1; ++i) {
-    T* x = X + (i - r0) * c;
+    T* x = X + (i - r0) * ldx;
     const std::size_t n = visible_keys(m, i, c);
     const T mx = stats[2 * (i - r0)], inv = stats[2 * (i - r0) + 1];
     if (mx == ninf) {
@@ -268,13 +269,14 @@ XGRAD_FASTMATH_INLINE void probs_rows_impl(T* X, std::size_t r0, std::size_t r1,
   }
 }
 
-// Softmax backward in place over r rows of c keys (P's row stride ldp, G's c):
+// Softmax backward in place over r rows of c keys (P's row stride ldp, G's ldg):
 // g = p * (g - rowsum(g * p)).
 template <class T>
-XGRAD_FASTMATH_INLINE void softmax_grad_rows_impl(const T* P, std::size_t ldp, T* G, std::size_t r, std::size_t c) {
+XGRAD_FASTMATH_INLINE void softmax_grad_rows_impl(const T* P, std::size_t ldp, T* G, std::size_t ldg, std::size_t r,
+                                                  std::size_t c) {
   for (std::size_t i = 0; i < r; ++i) {
     const T* p = P + i * ldp;
-    T* g = G + i * c;
+    T* g = G + i * ldg;
     const T dot = detail::lane_sum<T, kLanes>(c, [g, p](std::size_t j) { return g[j] * p[j]; });
     for (std::size_t j = 0; j < c; ++j) g[j] = p[j] * (g[j] - dot);
   }
@@ -289,21 +291,22 @@ XGRAD_ISA_KERNEL(softmax_rows_f32,
                  (float* X, std::size_t ldx, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S,
                   std::size_t b, std::size_t h, const MaskView<float>& m, float* stats),
                  (X, ldx, r0, r1, c, S, b, h, m, stats))
-XGRAD_FASTMATH_INLINE void probs_rows_f32_body(float* X, std::size_t r0, std::size_t r1, std::size_t c,
-                                               std::size_t S, std::size_t b, std::size_t h,
+XGRAD_FASTMATH_INLINE void probs_rows_f32_body(float* X, std::size_t ldx, std::size_t r0, std::size_t r1,
+                                               std::size_t c, std::size_t S, std::size_t b, std::size_t h,
                                                const MaskView<float>& m, const float* stats) {
-  probs_rows_impl<float>(X, r0, r1, c, S, b, h, m, stats);
+  probs_rows_impl<float>(X, ldx, r0, r1, c, S, b, h, m, stats);
 }
 XGRAD_ISA_KERNEL(probs_rows_f32,
-                 (float* X, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
-                  std::size_t h, const MaskView<float>& m, const float* stats),
-                 (X, r0, r1, c, S, b, h, m, stats))
-XGRAD_FASTMATH_INLINE void softmax_grad_rows_f32_body(const float* P, std::size_t ldp, float* G, std::size_t r,
-                                                      std::size_t c) {
-  softmax_grad_rows_impl<float>(P, ldp, G, r, c);
+                 (float* X, std::size_t ldx, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S,
+                  std::size_t b, std::size_t h, const MaskView<float>& m, const float* stats),
+                 (X, ldx, r0, r1, c, S, b, h, m, stats))
+XGRAD_FASTMATH_INLINE void softmax_grad_rows_f32_body(const float* P, std::size_t ldp, float* G, std::size_t ldg,
+                                                      std::size_t r, std::size_t c) {
+  softmax_grad_rows_impl<float>(P, ldp, G, ldg, r, c);
 }
-XGRAD_ISA_KERNEL(softmax_grad_rows_f32, (const float* P, std::size_t ldp, float* G, std::size_t r, std::size_t c),
-                 (P, ldp, G, r, c))
+XGRAD_ISA_KERNEL(softmax_grad_rows_f32,
+                 (const float* P, std::size_t ldp, float* G, std::size_t ldg, std::size_t r, std::size_t c),
+                 (P, ldp, G, ldg, r, c))
 
 template <class T>
 void softmax_rows(T* X, std::size_t ldx, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
@@ -312,15 +315,55 @@ void softmax_rows(T* X, std::size_t ldx, std::size_t r0, std::size_t r1, std::si
   else softmax_rows_impl<T>(X, ldx, r0, r1, c, S, b, h, m, stats);
 }
 template <class T>
-void probs_rows(T* X, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b, std::size_t h,
-                const MaskView<T>& m, const T* stats) {
-  if constexpr (std::is_same_v<T, float>) probs_rows_f32(X, r0, r1, c, S, b, h, m, stats);
-  else probs_rows_impl<T>(X, r0, r1, c, S, b, h, m, stats);
+void probs_rows(T* X, std::size_t ldx, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
+                std::size_t h, const MaskView<T>& m, const T* stats) {
+  if constexpr (std::is_same_v<T, float>) probs_rows_f32(X, ldx, r0, r1, c, S, b, h, m, stats);
+  else probs_rows_impl<T>(X, ldx, r0, r1, c, S, b, h, m, stats);
 }
 template <class T>
-void softmax_grad_rows(const T* P, std::size_t ldp, T* G, std::size_t r, std::size_t c) {
-  if constexpr (std::is_same_v<T, float>) softmax_grad_rows_f32(P, ldp, G, r, c);
-  else softmax_grad_rows_impl<T>(P, ldp, G, r, c);
+void softmax_grad_rows(const T* P, std::size_t ldp, T* G, std::size_t ldg, std::size_t r, std::size_t c) {
+  if constexpr (std::is_same_v<T, float>) softmax_grad_rows_f32(P, ldp, G, ldg, r, c);
+  else softmax_grad_rows_impl<T>(P, ldp, G, ldg, r, c);
+}
+
+// The head products: C (M, N) = alpha op(A) Bk + beta C, with Bk (K, N) read as rows (row
+// stride ldb): a head's Q or dO rows in place (64 rows of one row block), or K, V, K^T, V^T
+// over the keys, packed once per head (pack_head): in place, each of up to S rows of K or V
+// sits in its own stretch of a wide row (stride 3E for packed qkv), and the micro-kernel's
+// loads of B then stall on memory. float32 runs xgrad's own micro-kernels
+// (detail::tiled_gemm: no per-call packing; the same bits on the AVX-512 and AVX2 paths),
+// float64 BLAS.
+template <class T>
+void head_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A, std::size_t lda,
+               const T* Bk, std::size_t ldb, T beta, T* C, std::size_t ldc) {
+  if constexpr (std::is_same_v<T, float>) detail::tiled_gemm(trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc);
+  else detail::gemm<T>(trans_a, false, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc);
+}
+
+// Row stride of a packed panel with rows of n elements: n rounded up to 16, plus 16, so that
+// rows of a power-of-two length (c = 512 keys: 2 KiB) do not all map to the same few L1 sets.
+constexpr std::size_t panel_stride(std::size_t n) { return (n + 15) / 16 * 16 + 16; }
+
+// Rows [0, n) of x (width elements each, row stride ldx) into panel, row stride ld: as they
+// are, (n, width); or transposed, (width, n) (K^T, V^T).
+template <class T>
+void pack_rows(const T* x, std::size_t ldx, std::size_t n, std::size_t width, bool transposed, T* panel,
+               std::size_t ld) {
+  if (!transposed) {
+    for (std::size_t s = 0; s < n; ++s) std::copy_n(x + s * ldx, width, panel + s * ld);
+    return;
+  }
+  constexpr std::size_t kBlock = 16;  // 16 x 16 blocks: reads and writes stay within 16 cache lines
+  for (std::size_t s0 = 0; s0 < n; s0 += kBlock)
+    for (std::size_t j0 = 0; j0 < width; j0 += kBlock)
+      for (std::size_t s = s0, s1 = std::min(n, s0 + kBlock); s < s1; ++s)
+        for (std::size_t j = j0, j1 = std::min(width, j0 + kBlock); j < j1; ++j) panel[j * ld + s] = x[s * ldx + j];
+}
+// Rows [r0, r0 + n) of head (b, h) of x.
+template <class T>
+void pack_head(HeadView<const T> x, std::size_t b, std::size_t h, std::size_t r0, std::size_t n, bool transposed,
+               T* panel, std::size_t ld) {
+  pack_rows(x.at(b, h, r0), x.ld, n, x.width, transposed, panel, ld);
 }
 
 // Multiply-adds of one head's forward (the GEMMs; the softmax is of the order T S).
@@ -345,20 +388,26 @@ template <class T>
 void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
                     const MaskView<T>& m, T* stats, T* saved, HeadView<T> out) {
   parallel_for(d.B * d.H, head_cost(d), [&](std::size_t begin, std::size_t end) {
-    const std::unique_ptr<T[]> scratch(new T[saved ? 0 : std::min(kRowBlock, d.T) * d.S]);  // uninitialised
+    const std::unique_ptr<T[]> scratch(new T[saved ? 0 : std::min(kRowBlock, d.T) * panel_stride(d.S)]);  // uninitialised
+    // K^T (D, c_all) and V (c_all, Dv), packed
+    const std::size_t ldk = panel_stride(d.S), ldv = panel_stride(d.Dv);
+    const std::unique_ptr<T[]> kt(new T[d.D * ldk]), vr(new T[d.S * ldv]);
     for (std::size_t bh = begin; bh < end; ++bh) {
       const std::size_t b = bh / d.H, h = bh % d.H, t_end = query_end(d, m, b);
       for (std::size_t i = t_end; i < d.T; ++i) {  // skipped padding queries: nothing visible
         std::fill_n(out.at(b, h, i), d.Dv, T(0));
         set_nothing_visible(stats + 2 * (bh * d.T + i));
       }
+      const std::size_t c_all = t_end == 0 ? 0 : block_keys(d, m, b, t_end);  // keys any row block computes
+      pack_head(k, b, h, 0, c_all, true, kt.get(), ldk);
+      pack_head(v, b, h, 0, c_all, false, vr.get(), ldv);
       for (std::size_t r0 = 0; r0 < t_end; r0 += kRowBlock) {
         const std::size_t r1 = std::min(t_end, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, b, r1);
-        T* const P = saved ? saved + (bh * d.T + r0) * d.S : scratch.get();
-        const std::size_t ldp = saved ? d.S : c;
-        detail::gemm<T>(false, true, r, c, d.D, scale, q.at(b, h, r0), q.ld, k.at(b, h), k.ld, T(0), P, ldp);
+        T* const P = saved ? saved + (bh * d.T + r0) * panel_stride(d.S) : scratch.get();
+        const std::size_t ldp = saved ? panel_stride(d.S) : panel_stride(c);
+        head_gemm<T>(false, r, c, d.D, scale, q.at(b, h, r0), q.ld, kt.get(), ldk, T(0), P, ldp);
         softmax_rows(P, ldp, r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
-        detail::gemm<T>(false, false, r, d.Dv, c, T(1), P, ldp, v.at(b, h), v.ld, T(0), out.at(b, h, r0), out.ld);
+        head_gemm<T>(false, r, d.Dv, c, T(1), P, ldp, vr.get(), ldv, T(0), out.at(b, h, r0), out.ld);
       }
     }
   });
@@ -372,9 +421,17 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
                      const T* stats, const T* saved, const MaskView<T>& m, HeadView<const T> dout, HeadView<T> dq,
                      HeadView<T> dk, HeadView<T> dv) {
   parallel_for(d.B * d.H, 3 * head_cost(d), [&](std::size_t begin, std::size_t end) {
-    const std::size_t scratch = std::min(kRowBlock, d.T) * d.S;
+    const std::size_t scratch = std::min(kRowBlock, d.T) * panel_stride(d.S);
     // (r, c), row stride c; uninitialised (every GEMM here writes all of its C with beta 0)
     const std::unique_ptr<T[]> P(new T[saved ? 0 : scratch]), dP(new T[scratch]);
+    // K^T (D, c_all), V^T (Dv, c_all), K (c_all, D), packed
+    const std::size_t ldt = panel_stride(d.S), ldk = panel_stride(d.D);
+    const std::unique_ptr<T[]> kt(new T[saved ? 0 : d.D * ldt]), vt(new T[d.Dv * ldt]), kr(new T[d.S * ldk]);
+    // dK (c_all, D) and dV (c_all, Dv), summed over the row blocks here and then stored; a row
+    // block's Q (r, D) and dO (r, Dv)
+    const std::size_t ldv = panel_stride(d.Dv), rows = std::min(kRowBlock, d.T);
+    const std::unique_ptr<T[]> dka(new T[dk.base ? d.S * ldk : 0]), dva(new T[dv.base ? d.S * ldv : 0]),
+        qb(new T[rows * ldk]), dob(new T[rows * ldv]);
     for (std::size_t bh = begin; bh < end; ++bh) {
       const std::size_t b = bh / d.H, h = bh % d.H, t_end = query_end(d, m, b);
       // Row blocks from the last: its keys [0, c) include every earlier block's, so its
@@ -385,25 +442,35 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
         if (dk.base) std::fill_n(dk.at(b, h, s), d.D, T(0));
         if (dv.base) std::fill_n(dv.at(b, h, s), d.Dv, T(0));
       }
+      if (!saved) pack_head(k, b, h, 0, c_all, true, kt.get(), ldt);
+      if (dq.base || dk.base) pack_head(v, b, h, 0, c_all, true, vt.get(), ldt);
+      if (dq.base) pack_head(k, b, h, 0, c_all, false, kr.get(), ldk);
       if (dq.base)
         for (std::size_t i = t_end; i < d.T; ++i) std::fill_n(dq.at(b, h, i), d.D, T(0));
       for (std::size_t blk = (t_end + kRowBlock - 1) / kRowBlock; blk-- > 0;) {
         const std::size_t r0 = blk * kRowBlock;
         const std::size_t r1 = std::min(t_end, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, b, r1);
         const T beta = r1 == t_end ? T(0) : T(1);
-        const T* dO = dout.at(b, h, r0);
-        const T* Pr = saved ? saved + (bh * d.T + r0) * d.S : P.get();
-        const std::size_t ldp = saved ? d.S : c;
+        T* const dO = dob.get();
+        pack_head(dout, b, h, r0, r, false, dO, ldv);
+        const T* Pr = saved ? saved + (bh * d.T + r0) * panel_stride(d.S) : P.get();
+        const std::size_t ldp = saved ? panel_stride(d.S) : panel_stride(c), ldg = panel_stride(c);
         if (!saved) {
-          detail::gemm<T>(false, true, r, c, d.D, scale, q.at(b, h, r0), q.ld, k.at(b, h), k.ld, T(0), P.get(), c);
-          probs_rows(P.get(), r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
+          head_gemm<T>(false, r, c, d.D, scale, q.at(b, h, r0), q.ld, kt.get(), ldt, T(0), P.get(), ldp);
+          probs_rows(P.get(), ldp, r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
         }
-        if (dv.base) detail::gemm<T>(true, false, c, d.Dv, r, T(1), Pr, ldp, dO, dout.ld, beta, dv.at(b, h), dv.ld);
+        if (dv.base) head_gemm<T>(true, c, d.Dv, r, T(1), Pr, ldp, dO, ldv, beta, dva.get(), ldv);
         if (!dq.base && !dk.base) continue;
-        detail::gemm<T>(false, true, r, c, d.Dv, T(1), dO, dout.ld, v.at(b, h), v.ld, T(0), dP.get(), c);
-        softmax_grad_rows(Pr, ldp, dP.get(), r, c);
-        if (dq.base) detail::gemm<T>(false, false, r, d.D, c, scale, dP.get(), c, k.at(b, h), k.ld, T(0), dq.at(b, h, r0), dq.ld);
-        if (dk.base) detail::gemm<T>(true, false, c, d.D, r, scale, dP.get(), c, q.at(b, h, r0), q.ld, beta, dk.at(b, h), dk.ld);
+        head_gemm<T>(false, r, c, d.Dv, T(1), dO, ldv, vt.get(), ldt, T(0), dP.get(), ldg);
+        softmax_grad_rows(Pr, ldp, dP.get(), ldg, r, c);
+        if (dq.base) head_gemm<T>(false, r, d.D, c, scale, dP.get(), ldg, kr.get(), ldk, T(0), dq.at(b, h, r0), dq.ld);
+        if (!dk.base) continue;
+        pack_head(q, b, h, r0, r, false, qb.get(), ldk);
+        head_gemm<T>(true, c, d.D, r, scale, dP.get(), ldg, qb.get(), ldk, beta, dka.get(), ldk);
+      }
+      for (std::size_t s = 0; s < c_all; ++s) {
+        if (dk.base) std::copy_n(dka.get() + s * ldk, d.D, dk.at(b, h, s));
+        if (dv.base) std::copy_n(dva.get() + s * ldv, d.Dv, dv.at(b, h, s));
       }
     }
   });
@@ -644,7 +711,7 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
     stats = empty_tensor<T>({d.B, d.H, d.T, 2}, op);
     Tensor o = empty_tensor<T>({d.B, d.T, Ev}, op);
     const bool keep = keep_probabilities(d, sizeof(T)) && recording(inputs);
-    if (keep) saved = empty_tensor<T>({d.B, d.H, d.T, d.S}, op);
+    if (keep) saved = empty_tensor<T>({d.B, d.H, d.T, panel_stride(d.S)}, op);  // rows padded
     const auto in = views(q, k, v);
     forward_kernel<T>(d, T(scale), in[0], in[1], in[2], mask_view<T>(masks, d, key_end), fresh_value<T>(stats).data(),
                       keep ? fresh_value<T>(saved).data() : nullptr, heads_of(fresh_value<T>(o).data(), d.T, Ev, d.Dv));

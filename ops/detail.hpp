@@ -54,7 +54,7 @@ template <class T>
 void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
           const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc);
 
-// gemm<float> with every dimension <= kSmallGemmMax runs small_gemm (ops/small_gemm.cpp): the
+// gemm<float> with every dimension <= kSmallGemmMax runs small_gemm (ops/tiled_gemm.cpp): the
 // same contract, without BLAS's per-call cost, which is most of the time of such a product.
 constexpr std::size_t kSmallGemmMax = 32;
 inline bool small_gemm_fits(std::size_t M, std::size_t N, std::size_t K) {
@@ -62,6 +62,17 @@ inline bool small_gemm_fits(std::size_t M, std::size_t N, std::size_t K) {
 }
 void small_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                 std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc);
+
+// xgrad's own float32 GEMM, any size (ops/tiled_gemm.cpp; attention's per-head products):
+//   C (M, N) = alpha op(A) Bk + beta C      Bk (K, N): op(B) as rows, row k at Bk + k * ldb
+// with gemm's conventions otherwise (op(A) M x K, row stride lda; beta 0 never reads C; only
+// C's M x N block is written, only Bk's N columns read). Each element of C is the same bits
+// as small_gemm's for the same row of op(A) and column of op(B), on the AVX-512 and AVX2
+// paths alike. A transposed B (N, K) is first laid out as rows by pack_transposed.
+void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
+                std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc);
+// panel (K, N), row stride N: panel[k * N + j] = B[j * ldb + k], for B (N, K) with row stride ldb.
+void pack_transposed(std::size_t N, std::size_t K, const float* B, std::size_t ldb, float* panel);
 
 // sum_{i < n} f(i) in kLanes interleaved partial sums: independent adds pipeline (and the
 // compiler can vectorise them) where one running sum is a chain of n dependent adds.

@@ -841,6 +841,82 @@ BOOST_AUTO_TEST_CASE(small_float32_gemm_writes_its_block_only_and_reads_c_only_f
   set_cpu_path(before);
 }
 
+// xgrad's own GEMM at attention's sizes (detail::tiled_gemm: 8 x 32 AVX-512, 6 x 16 AVX2 and
+// 4 x 16 baseline tiles, op(B) read as rows), with strided operands and B sized exactly (a
+// read past column N of its last row is outside the allocation: ASan in CI). It writes C's
+// M x N block only, never reads C for beta 0, adds beta C as a separately rounded product,
+// computes each element from its row of op(A) and column of op(B) alone (a 1-row or 1-column
+// product gives the same bits), gives the same bits on the AVX-512 and AVX2 paths and the
+// same as small_gemm (via gemm) on a shape both take, and stays within the float32 bound.
+BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
+  const CpuPath before = cpu_path();
+  constexpr float kSentinel = 1234.5f;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    std::size_t M, N, K;
+  };
+  const Case cases[] = {{64, 100, 70}, {13, 17, 5}, {9, 64, 33}, {70, 16, 64}, {1, 1, 1}, {31, 29, 32}};
+  std::vector<std::vector<float>> first_path;  // per case and transpose: the first fused path's C
+  for (CpuPath path : supported_cpu_paths()) {
+    set_cpu_path(path);
+    std::size_t run = 0;
+    for (const Case& cs : cases)
+      for (int ta = 0; ta < 2; ++ta, ++run) {
+        const std::size_t M = cs.M, N = cs.N, K = cs.K;
+        const std::size_t lda = (ta ? M : K) + 3, ldb = N + 5, ldc = N + 7;
+        const Vec av = round32(vals((ta ? K : M) * lda, 41)), bv = round32(vals((K - 1) * ldb + N, 42));
+        const std::vector<float> A(av.begin(), av.end()), B(bv.begin(), bv.end());
+        const Vec cv = round32(vals(M * N, 43));
+        const std::size_t rows = M + 2;
+        std::vector<float> c0(rows * ldc, kSentinel), c1(rows * ldc, kSentinel);
+        for (std::size_t i = 0; i < M; ++i)
+          for (std::size_t j = 0; j < N; ++j) c0[i * ldc + j] = nan, c1[i * ldc + j] = float(cv[i * N + j]);
+        const float alpha = 0.5f, beta = -1.5f;
+        detail::tiled_gemm(ta, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0f, c0.data(), ldc);
+        detail::tiled_gemm(ta, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, c1.data(), ldc);
+        // the last row by itself, the last column by itself
+        std::vector<float> row(N), col(M);
+        const float* a_last = ta ? A.data() + (M - 1) : A.data() + (M - 1) * lda;
+        detail::tiled_gemm(ta, 1, N, K, alpha, a_last, lda, B.data(), ldb, 0.0f, row.data(), N);
+        detail::tiled_gemm(ta, M, 1, K, alpha, A.data(), lda, B.data() + (N - 1), ldb, 0.0f, col.data(), 1);
+        BOOST_TEST_CONTEXT(cpu_path_name(path) << " M " << M << " N " << N << " K " << K << " ta " << ta) {
+          std::size_t outside = 0, wrong1 = 0, alone = 0;
+          std::vector<float> block(M * N);
+          for (std::size_t i = 0; i < rows; ++i)
+            for (std::size_t j = 0; j < ldc; ++j) {
+              if (i >= M || j >= N) {
+                outside += c0[i * ldc + j] != kSentinel || c1[i * ldc + j] != kSentinel;
+                continue;
+              }
+              const float y = block[i * N + j] = c0[i * ldc + j];
+              wrong1 += c1[i * ldc + j] != y + beta * float(cv[i * N + j]);
+            }
+          for (std::size_t j = 0; j < N; ++j) alone += row[j] != block[(M - 1) * N + j];
+          for (std::size_t i = 0; i < M; ++i) alone += col[i] != block[i * N + N - 1];
+          BOOST_TEST(outside == 0u);
+          BOOST_TEST(wrong1 == 0u);
+          BOOST_TEST(alone == 0u);
+          Vec a_mk(M * K), b_kn(K * N), y(M * N);
+          for (std::size_t i = 0; i < M; ++i)
+            for (std::size_t k = 0; k < K; ++k) a_mk[i * K + k] = ta ? A[k * lda + i] : A[i * lda + k];
+          for (std::size_t k = 0; k < K; ++k)
+            for (std::size_t j = 0; j < N; ++j) b_kn[k * N + j] = B[k * ldb + j];
+          for (std::size_t i = 0; i < M * N; ++i) y[i] = 2.0 * double(block[i]);  // alpha = 1/2: exact
+          BOOST_TEST(test::gemm_f32_within_bound(f32(y, {M, N}), a_mk, b_kn, M, K, N));
+          if (M <= detail::kSmallGemmMax && N <= detail::kSmallGemmMax && K <= detail::kSmallGemmMax) {
+            std::vector<float> small(M * N);
+            detail::gemm<float>(ta, false, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0f, small.data(), N);
+            BOOST_TEST((small == block));
+          }
+          if (path == CpuPath::Baseline) continue;  // the fused paths: the same bits
+          if (first_path.size() <= run) first_path.push_back(block);
+          else BOOST_TEST((first_path[run] == block));
+        }
+      }
+  }
+  set_cpu_path(before);
+}
+
 BOOST_AUTO_TEST_CASE(matmul_batched_and_broadcast_batch) {
   // (2,3,4) x (2,4,5): per-batch products
   Vec A = vals(24, 101), B = vals(40, 102);

@@ -1,0 +1,229 @@
+// xgrad's own float32 GEMM micro-kernels (declared in ops/detail.hpp): the small GEMMs
+// without BLAS's per-call cost, and attention's per-head products, whose transposed operand
+// is packed once per head instead of once per BLAS call.
+//
+// Small GEMMs: a 16x16x16 product is 4,096 multiply-adds, 256 AVX-512 or 512 AVX2 FMAs.
+// OpenBLAS spends ~3,000 instructions per call around them (argument checks, buffer set-up,
+// packing both operands into its panels), and the reverse model's training step makes 3,072
+// such calls (its attention heads: T = S = D = 16). With every dimension <= kSmallGemmMax the
+// product runs here (small_gemm) instead.
+// Attention heads (ops/attention.cpp): 64 query rows against up to S keys with K = D (scores),
+// or against D columns with K = S (P V): OpenBLAS re-packs both operands on every call, ran
+// these at 57-88 GFLOP/s on an AVX-512 Xeon against 176 for one large product, and packing was
+// 20% of the large MHA layer's time. tiled_gemm reads op(B) as rows; a transposed B is packed
+// into that layout once per head by the caller (pack_transposed).
+//
+//   C (M, N) = alpha op(A) Bk + beta C       op(A) (M, K), Bk (K, N) = op(B) as rows (ldb)
+//   for each tile of R rows i and W columns j (micro-kernel tile_*; W a multiple of the
+//   vector width; column tails read and write through masks, never past column N):
+//     acc_ij = sum_{k = 0 .. K-1} a_ik b_kj        in order of k, one multiply-add per k
+//     C_ij   = alpha acc_ij (+ beta C_ij if beta != 0; C is never read for beta 0)
+//   the micro-kernel writes C itself: its rows and columns inside C only, products alpha acc
+//   and beta C each rounded, then their sum
+//
+// Every element of C is the same function of its row of op(A) and its column of op(B),
+// whatever M, N, the tile size, the tile it falls in or the thread count. The AVX-512 and
+// AVX2 micro-kernels fuse each multiply-add (one rounding, the same bits on both paths and
+// for every tile size); the baseline one rounds the product and then the sum.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "xgrad/ops/detail.hpp"
+#include "xgrad/ops/isa.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define XGRAD_TILED_GEMM_X86 1
+#endif
+
+namespace xgrad::detail {
+namespace {
+
+constexpr std::size_t kMaxRows = 8;  // rows of the largest tile
+
+// The tile of C at c (row stride ldc), rows r < rows <= R, columns l < cols <= W:
+//   acc_rl = sum_k a[r][k * ka] b[k * ldb + l]     in order of k; b: cols readable columns a row
+//   c_rl   = alpha acc_rl                          beta == 0: C is not read
+//   c_rl   = alpha acc_rl + beta c_rl              beta != 0: both products rounded, then the sum
+using Tile = void (*)(const float* const* a, std::size_t ka, const float* b, std::size_t ldb, std::size_t K,
+                      float alpha, float beta, float* c, std::size_t ldc, std::size_t rows, std::size_t cols);
+struct Tiling {
+  Tile tile;
+  std::size_t rows, cols;  // R, W
+};
+
+template <std::size_t R, std::size_t W>
+void tile_baseline(const float* const* a, std::size_t ka, const float* b, std::size_t ldb, std::size_t K, float alpha,
+                   float beta, float* c, std::size_t ldc, std::size_t rows, std::size_t cols) {
+  float acc[R][W] = {};
+  for (std::size_t k = 0; k < K; ++k, b += ldb)
+    for (std::size_t r = 0; r < R; ++r) {
+      const float x = a[r][k * ka];
+      for (std::size_t l = 0; l < cols; ++l) acc[r][l] += x * b[l];
+    }
+  for (std::size_t r = 0; r < rows; ++r, c += ldc)
+    if (beta == 0.0f)
+      for (std::size_t l = 0; l < cols; ++l) c[l] = alpha * acc[r][l];
+    else
+      for (std::size_t l = 0; l < cols; ++l) c[l] = alpha * acc[r][l] + beta * c[l];
+}
+
+#ifdef XGRAD_TILED_GEMM_X86
+// Keeps the vector x a rounded product: the compiler may not fuse it into the add that
+// follows (the baseline kernel, built without FMA, rounds it too).
+#define XGRAD_ROUNDED(x) __asm__("" : "+v"(x))
+#define XGRAD_UNROLL _Pragma("GCC unroll 16")
+
+// R rows x V vectors of 16 columns. Masked: some of the V vectors are partly past column cols.
+template <std::size_t R, std::size_t V, bool Masked>
+XGRAD_TARGET_AVX512 inline __attribute__((always_inline)) void tile_avx512_body(
+    const float* const* a, std::size_t ka, const float* b, std::size_t ldb, std::size_t K, float alpha, float beta,
+    float* c, std::size_t ldc, std::size_t rows, std::size_t cols) {
+  __mmask16 m[V];
+  XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) {
+    const std::size_t n = cols > 16 * v ? std::min<std::size_t>(16, cols - 16 * v) : 0;
+    m[v] = __mmask16((1u << n) - 1);  // lanes l < n
+  }
+  __m512 acc[R][V];
+  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) acc[r][v] =
+      _mm512_setzero_ps();
+  const float* ar[R];
+  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) ar[r] = a[r];
+  for (std::size_t k = 0, at = 0; k < K; ++k, at += ka, b += ldb) {
+    __m512 bk[V];
+    XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) bk[v] =
+        Masked ? _mm512_maskz_loadu_ps(m[v], b + 16 * v) : _mm512_loadu_ps(b + 16 * v);
+    XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {
+      const __m512 x = _mm512_set1_ps(ar[r][at]);
+      XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(x, bk[v], acc[r][v]);
+    }
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {
+    if (r >= rows) break;
+    float* cr = c + r * ldc;
+    XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) {
+      __m512 y = _mm512_mul_ps(va, acc[r][v]);
+      if (beta != 0.0f) {
+        __m512 z = _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m[v], cr + 16 * v));
+        XGRAD_ROUNDED(y);
+        XGRAD_ROUNDED(z);
+        y = _mm512_add_ps(y, z);
+      }
+      _mm512_mask_storeu_ps(cr + 16 * v, m[v], y);
+    }
+  }
+}
+template <std::size_t R, std::size_t V>
+XGRAD_TARGET_AVX512 void tile_avx512(const float* const* a, std::size_t ka, const float* b, std::size_t ldb,
+                                     std::size_t K, float alpha, float beta, float* c, std::size_t ldc,
+                                     std::size_t rows, std::size_t cols) {
+  if (cols == 16 * V) tile_avx512_body<R, V, false>(a, ka, b, ldb, K, alpha, beta, c, ldc, rows, cols);
+  else tile_avx512_body<R, V, true>(a, ka, b, ldb, K, alpha, beta, c, ldc, rows, cols);
+}
+
+// 32-bit lane l of the 8 lanes at kLaneMask + 8 - n is all ones for l < n, zero after (0 <= n <= 8).
+constexpr std::int32_t kLaneMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1};
+
+// R rows x V vectors of 8 columns. Masked: some of the V vectors are partly past column cols.
+template <std::size_t R, std::size_t V, bool Masked>
+XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_avx2_body(
+    const float* const* a, std::size_t ka, const float* b, std::size_t ldb, std::size_t K, float alpha, float beta,
+    float* c, std::size_t ldc, std::size_t rows, std::size_t cols) {
+  __m256i m[V];
+  XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) {
+    const std::size_t n = cols > 8 * v ? std::min<std::size_t>(8, cols - 8 * v) : 0;
+    m[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLaneMask + 8 - n));
+  }
+  __m256 acc[R][V];
+  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) acc[r][v] =
+      _mm256_setzero_ps();
+  const float* ar[R];
+  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) ar[r] = a[r];
+  for (std::size_t k = 0, at = 0; k < K; ++k, at += ka, b += ldb) {
+    __m256 bk[V];
+    XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) bk[v] =
+        Masked ? _mm256_maskload_ps(b + 8 * v, m[v]) : _mm256_loadu_ps(b + 8 * v);
+    XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {
+      const __m256 x = _mm256_broadcast_ss(ar[r] + at);
+      XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(x, bk[v], acc[r][v]);
+    }
+  }
+  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {
+    if (r >= rows) break;
+    float* cr = c + r * ldc;
+    XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) {
+      __m256 y = _mm256_mul_ps(va, acc[r][v]);
+      if (beta != 0.0f) {
+        __m256 z = _mm256_mul_ps(vb, Masked ? _mm256_maskload_ps(cr + 8 * v, m[v]) : _mm256_loadu_ps(cr + 8 * v));
+        XGRAD_ROUNDED(y);
+        XGRAD_ROUNDED(z);
+        y = _mm256_add_ps(y, z);
+      }
+      if (Masked) _mm256_maskstore_ps(cr + 8 * v, m[v], y);
+      else _mm256_storeu_ps(cr + 8 * v, y);
+    }
+  }
+}
+template <std::size_t R, std::size_t V>
+XGRAD_TARGET_AVX2 void tile_avx2(const float* const* a, std::size_t ka, const float* b, std::size_t ldb,
+                                 std::size_t K, float alpha, float beta, float* c, std::size_t ldc, std::size_t rows,
+                                 std::size_t cols) {
+  if (cols == 8 * V) tile_avx2_body<R, V, false>(a, ka, b, ldb, K, alpha, beta, c, ldc, rows, cols);
+  else tile_avx2_body<R, V, true>(a, ka, b, ldb, K, alpha, beta, c, ldc, rows, cols);
+}
+#undef XGRAD_UNROLL
+#undef XGRAD_ROUNDED
+
+// Small products: 4 x 16 tiles. Large ones: as many accumulators as the registers hold
+// (AVX-512 8 x 32: 16 of 32 zmm; AVX2 6 x 16: 12 of 16 ymm), 16 columns when N <= 16.
+const Tiling kSmall_avx512{tile_avx512<4, 1>, 4, 16}, kSmall_avx2{tile_avx2<4, 2>, 4, 16};
+const Tiling kLarge_avx512{tile_avx512<8, 2>, 8, 32}, kNarrow_avx512{tile_avx512<8, 1>, 8, 16},
+    kLarge_avx2{tile_avx2<6, 2>, 6, 16};
+#endif
+const Tiling kSmall_baseline{tile_baseline<4, 16>, 4, 16};
+const Tiling& kLarge_baseline = kSmall_baseline;
+const Tiling& kNarrow_baseline = kSmall_baseline;
+#ifdef XGRAD_TILED_GEMM_X86
+const Tiling& kNarrow_avx2 = kLarge_avx2;
+#endif
+
+// Column blocks outer: a block's W columns of Bk stay in L1 while every row tile reads them.
+void run_tiles(const Tiling& t, bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha,
+               const float* A, std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C,
+               std::size_t ldc) {
+  const std::size_t ra = trans_a ? 1 : lda, ka = trans_a ? lda : 1;  // a_ik = A[i * ra + k * ka]
+  for (std::size_t j0 = 0; j0 < N; j0 += t.cols)
+    for (std::size_t i0 = 0; i0 < M; i0 += t.rows) {
+      const float* a[kMaxRows];
+      for (std::size_t r = 0; r < t.rows; ++r) a[r] = A + std::min(i0 + r, M - 1) * ra;  // a tail repeats row M - 1
+      t.tile(a, ka, Bk + j0, ldb, K, alpha, beta, C + i0 * ldc + j0, ldc, std::min(t.rows, M - i0),
+             std::min(t.cols, N - j0));
+    }
+}
+
+}  // namespace
+
+void pack_transposed(std::size_t N, std::size_t K, const float* B, std::size_t ldb, float* panel) {
+  for (std::size_t j = 0; j < N; ++j)
+    for (std::size_t k = 0; k < K; ++k) panel[k * N + j] = B[j * ldb + k];
+}
+
+void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
+                std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc) {
+  if (M == 0 || N == 0) return;
+  const Tiling& t = N <= 16 ? XGRAD_ISA_SELECT(kNarrow) : XGRAD_ISA_SELECT(kLarge);
+  run_tiles(t, trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc);
+}
+
+void small_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
+                std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc) {
+  alignas(64) float panel[kSmallGemmMax * kSmallGemmMax];  // (K, N) = B^T for a transposed B
+  if (trans_b) pack_transposed(N, K, B, ldb, panel);
+  run_tiles(XGRAD_ISA_SELECT(kSmall), trans_a, M, N, K, alpha, A, lda, trans_b ? panel : B, trans_b ? N : ldb, beta,
+            C, ldc);
+}
+
+}  // namespace xgrad::detail
