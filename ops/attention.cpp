@@ -12,17 +12,21 @@
 //   c     = S, or min(S, r1) with is_causal, and at most 1 + batch b's last key that is not
 //           key padding (the masked future and trailing padding are not computed; their
 //           K, V entries are never read, so non-finite values there do not propagate);
+//   per head, once: K^T (D, c_all), V (c_all, Dv) (forward), V^T, K (backward) packed into
+//   padded panels, c_all = the last row block's c (pack_head)
 //   forward                                        shapes
-//     X  = scale Q K^T                             (r, c)    gemm, into a per-thread scratch
+//     X  = scale Q K^T                             (r, c)    head_gemm, into a per-thread scratch
 //     X  = row softmax(X + float_mask), masked     (r, c)    also saves m = row max, l = 1 / row sum
-//     O  = X V                                     (r, Dv)   gemm
+//     O  = X V                                     (r, Dv)   head_gemm
 //   backward, upstream dO (r, Dv)
-//     P  = exp(scale Q K^T + float_mask - m) l     (r, c)    gemm + one pass: the forward's bits
-//     dV += P^T dO                                 (c, Dv)   gemm, summed over row blocks
-//     dP = dO V^T                                  (r, c)    gemm
+//     P  = exp(scale Q K^T + float_mask - m) l     (r, c)    head_gemm + one pass: the forward's bits
+//     dV^T += dO^T P                               (Dv, c)   head_gemm, summed over row blocks
+//     dP = dO V^T                                  (r, c)    head_gemm
 //     dS = P * (dP - rowsum(dP * P))               (r, c)    softmax backward (in dP)
-//     dQ = scale dS K                              (r, D)    gemm
-//     dK += scale dS^T Q                           (c, D)    gemm, summed over row blocks
+//     dQ = scale dS K                              (r, D)    head_gemm
+//     dK^T += scale Q^T dS                         (D, c)    head_gemm, summed over row blocks
+//   and dK, dV stored from dK^T, dV^T once per head (the same elements as dS^T Q, P^T dO:
+//   each a sum over the block's rows in order, so the same bits)
 // Saved for the backward: the inputs and (B, H, T, 2) row statistics, and the probabilities
 // (B, H, T, S) when they take at most 32 MiB (keep_probabilities; only the blocks above are
 // written, and the backward reads the same ones); otherwise they exist only as (64, S) scratch
@@ -353,11 +357,12 @@ void pack_rows(const T* x, std::size_t ldx, std::size_t n, std::size_t width, bo
     for (std::size_t s = 0; s < n; ++s) std::copy_n(x + s * ldx, width, panel + s * ld);
     return;
   }
-  constexpr std::size_t kBlock = 16;  // 16 x 16 blocks: reads and writes stay within 16 cache lines
-  for (std::size_t s0 = 0; s0 < n; s0 += kBlock)
-    for (std::size_t j0 = 0; j0 < width; j0 += kBlock)
-      for (std::size_t s = s0, s1 = std::min(n, s0 + kBlock); s < s1; ++s)
-        for (std::size_t j = j0, j1 = std::min(width, j0 + kBlock); j < j1; ++j) panel[j * ld + s] = x[s * ldx + j];
+  if constexpr (std::is_same_v<T, float>) {
+    detail::transpose(n, width, x, ldx, panel, ld);
+  } else {
+    for (std::size_t s = 0; s < n; ++s)
+      for (std::size_t j = 0; j < width; ++j) panel[j * ld + s] = x[s * ldx + j];
+  }
 }
 // Rows [r0, r0 + n) of head (b, h) of x.
 template <class T>
@@ -427,10 +432,10 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
     // K^T (D, c_all), V^T (Dv, c_all), K (c_all, D), packed
     const std::size_t ldt = panel_stride(d.S), ldk = panel_stride(d.D);
     const std::unique_ptr<T[]> kt(new T[saved ? 0 : d.D * ldt]), vt(new T[d.Dv * ldt]), kr(new T[d.S * ldk]);
-    // dK (c_all, D) and dV (c_all, Dv), summed over the row blocks here and then stored; a row
-    // block's Q (r, D) and dO (r, Dv)
+    // dK^T (D, c_all) and dV^T (Dv, c_all), summed over the row blocks and then stored
+    // transposed; a row block's Q (r, D) and dO (r, Dv)
     const std::size_t ldv = panel_stride(d.Dv), rows = std::min(kRowBlock, d.T);
-    const std::unique_ptr<T[]> dka(new T[dk.base ? d.S * ldk : 0]), dva(new T[dv.base ? d.S * ldv : 0]),
+    const std::unique_ptr<T[]> dkt(new T[dk.base ? d.D * ldt : 0]), dvt(new T[dv.base ? d.Dv * ldt : 0]),
         qb(new T[rows * ldk]), dob(new T[rows * ldv]);
     for (std::size_t bh = begin; bh < end; ++bh) {
       const std::size_t b = bh / d.H, h = bh % d.H, t_end = query_end(d, m, b);
@@ -459,19 +464,17 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
           head_gemm<T>(false, r, c, d.D, scale, q.at(b, h, r0), q.ld, kt.get(), ldt, T(0), P.get(), ldp);
           probs_rows(P.get(), ldp, r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
         }
-        if (dv.base) head_gemm<T>(true, c, d.Dv, r, T(1), Pr, ldp, dO, ldv, beta, dva.get(), ldv);
+        if (dv.base) head_gemm<T>(true, d.Dv, c, r, T(1), dO, ldv, Pr, ldp, beta, dvt.get(), ldt);
         if (!dq.base && !dk.base) continue;
         head_gemm<T>(false, r, c, d.Dv, T(1), dO, ldv, vt.get(), ldt, T(0), dP.get(), ldg);
         softmax_grad_rows(Pr, ldp, dP.get(), ldg, r, c);
         if (dq.base) head_gemm<T>(false, r, d.D, c, scale, dP.get(), ldg, kr.get(), ldk, T(0), dq.at(b, h, r0), dq.ld);
         if (!dk.base) continue;
         pack_head(q, b, h, r0, r, false, qb.get(), ldk);
-        head_gemm<T>(true, c, d.D, r, scale, dP.get(), ldg, qb.get(), ldk, beta, dka.get(), ldk);
+        head_gemm<T>(true, d.D, c, r, scale, qb.get(), ldk, dP.get(), ldg, beta, dkt.get(), ldt);
       }
-      for (std::size_t s = 0; s < c_all; ++s) {
-        if (dk.base) std::copy_n(dka.get() + s * ldk, d.D, dk.at(b, h, s));
-        if (dv.base) std::copy_n(dva.get() + s * ldv, d.Dv, dv.at(b, h, s));
-      }
+      if (dk.base) pack_rows(dkt.get(), ldt, d.D, c_all, true, dk.at(b, h), dk.ld);
+      if (dv.base) pack_rows(dvt.get(), ldt, d.Dv, c_all, true, dv.at(b, h), dv.ld);
     }
   });
 }

@@ -73,6 +73,8 @@ void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float
                 std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc);
 // panel (K, N), row stride N: panel[k * N + j] = B[j * ldb + k], for B (N, K) with row stride ldb.
 void pack_transposed(std::size_t N, std::size_t K, const float* B, std::size_t ldb, float* panel);
+// dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols (float32, vectorised).
+void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t lds, float* dst, std::size_t ldd);
 
 // sum_{i < n} f(i) in kLanes interleaved partial sums: independent adds pipeline (and the
 // compiler can vectorise them) where one running sum is a chain of n dependent adds.

@@ -204,11 +204,52 @@ void run_tiles(const Tiling& t, bool trans_a, std::size_t M, std::size_t N, std:
     }
 }
 
+// dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols.
+void transpose_baseline(std::size_t rows, std::size_t cols, const float* src, std::size_t lds, float* dst,
+                        std::size_t ldd) {
+  constexpr std::size_t kBlock = 16;  // reads and writes stay within 16 cache lines
+  for (std::size_t i0 = 0; i0 < rows; i0 += kBlock)
+    for (std::size_t j0 = 0; j0 < cols; j0 += kBlock)
+      for (std::size_t i = i0, i1 = std::min(rows, i0 + kBlock); i < i1; ++i)
+        for (std::size_t j = j0, j1 = std::min(cols, j0 + kBlock); j < j1; ++j) dst[j * ldd + i] = src[i * lds + j];
+}
+#ifdef XGRAD_TILED_GEMM_X86
+// 8 x 8 blocks in registers (unpack, shuffle, lane permute); the edges as the baseline.
+XGRAD_TARGET_AVX2 void transpose_avx2(std::size_t rows, std::size_t cols, const float* src, std::size_t lds,
+                                      float* dst, std::size_t ldd) {
+  const std::size_t r8 = rows / 8 * 8, c8 = cols / 8 * 8;
+  for (std::size_t i0 = 0; i0 < r8; i0 += 8)
+    for (std::size_t j0 = 0; j0 < c8; j0 += 8) {
+      const float* s = src + i0 * lds + j0;
+      __m256 r[8], t[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(s + i * lds);
+      for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+      for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+      }
+      float* d = dst + j0 * ldd + i0;
+      for (int j = 0; j < 4; ++j) {
+        _mm256_storeu_ps(d + j * ldd, _mm256_permute2f128_ps(r[j], r[j + 4], 0x20));
+        _mm256_storeu_ps(d + (j + 4) * ldd, _mm256_permute2f128_ps(r[j], r[j + 4], 0x31));
+      }
+    }
+  if (c8 < cols) transpose_baseline(r8, cols - c8, src + c8, lds, dst + c8 * ldd, ldd);
+  if (r8 < rows) transpose_baseline(rows - r8, cols, src + r8 * lds, lds, dst + r8, ldd);
+}
+const auto transpose_avx512 = transpose_avx2;
+#endif
+
 }  // namespace
 
+void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t lds, float* dst, std::size_t ldd) {
+  XGRAD_ISA_SELECT(transpose)(rows, cols, src, lds, dst, ldd);
+}
+
 void pack_transposed(std::size_t N, std::size_t K, const float* B, std::size_t ldb, float* panel) {
-  for (std::size_t j = 0; j < N; ++j)
-    for (std::size_t k = 0; k < K; ++k) panel[k * N + j] = B[j * ldb + k];
+  transpose(N, K, B, ldb, panel, N);
 }
 
 void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,

@@ -917,6 +917,32 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
   set_cpu_path(before);
 }
 
+// detail::transpose (the panels of attention's heads): exact, 8 x 8 register blocks and every
+// edge, strided source and destination, on every CPU path; nothing outside the block written.
+BOOST_AUTO_TEST_CASE(float32_transpose_on_every_cpu_path) {
+  const CpuPath before = cpu_path();
+  for (CpuPath path : supported_cpu_paths()) {
+    set_cpu_path(path);
+    std::size_t wrong = 0, outside = 0;
+    for (std::size_t rows : {1, 7, 8, 9, 16, 23})
+      for (std::size_t cols : {1, 5, 8, 15, 17}) {
+        const std::size_t lds = cols + 3, ldd = rows + 2;
+        std::vector<float> src((rows - 1) * lds + cols), dst(cols * ldd, -1.0f);
+        for (std::size_t i = 0; i < src.size(); ++i) src[i] = float(i) * 0.25f;
+        detail::transpose(rows, cols, src.data(), lds, dst.data(), ldd);
+        for (std::size_t j = 0; j < cols; ++j)
+          for (std::size_t i = 0; i < ldd; ++i)
+            if (i < rows) wrong += dst[j * ldd + i] != src[i * lds + j];
+            else outside += dst[j * ldd + i] != -1.0f;
+      }
+    BOOST_TEST_CONTEXT(cpu_path_name(path)) {
+      BOOST_TEST(wrong == 0u);
+      BOOST_TEST(outside == 0u);
+    }
+  }
+  set_cpu_path(before);
+}
+
 BOOST_AUTO_TEST_CASE(matmul_batched_and_broadcast_batch) {
   // (2,3,4) x (2,4,5): per-batch products
   Vec A = vals(24, 101), B = vals(40, 102);
