@@ -12,6 +12,9 @@
 //                        current thread count is measured too when it is not 1.
 //   BM_cblas_mha_gemms/<cfg>  every GEMM the layer performs (forward and backward, the shapes
 //                        below), with raw cblas on preallocated buffers, no softmax: the GEMM floor.
+//   BM_cblas_mha_projections/<cfg>  the in- and out-projection GEMMs of that alone (forward and
+//                        backward, one cblas call each): what no attention kernel can remove
+//                        (counter GFLOP: their 24 B T E^2 only).
 //   BM_train_step_reverse  one training step of the `reverse` example's default model
 //                        (benchmarks/reverse_step.hpp; compare with torch_mha.py's train_step),
 //                        which skips the padding positions (TransformerConfig::skip_padding)
@@ -119,7 +122,7 @@ void BM_cblas_sgemm_ref(benchmark::State& state, int threads) {
 
 // Every GEMM of the MHA layer, forward and backward, raw cblas with strided head slices and
 // preallocated outputs (the GEMM floor of BM_mha; no softmax, no bias).
-void BM_cblas_mha_gemms(benchmark::State& state, MhaConfig c) {
+void BM_cblas_mha_gemms(benchmark::State& state, MhaConfig c, bool heads) {
   const int B = int(c.B), T = int(c.T), S = int(c.T), E = int(c.E), H = int(c.H), D = E / H;
   const int N = B * T, E3 = 3 * E;
   const auto sz = [](long n) { return std::size_t(n); };
@@ -137,7 +140,7 @@ void BM_cblas_mha_gemms(benchmark::State& state, MhaConfig c) {
   const auto NT = CblasNoTrans, TR = CblasTrans;
   for (auto _ : state) {
     gemm(NT, TR, N, E3, E, x.data(), E, win.data(), E, qkv.data(), E3);  // qkv = x Win^T
-    for (int b = 0; b < B; ++b)
+    for (int b = 0; b < B && heads; ++b)
       for (int h = 0; h < H; ++h) {
         const float* q = qkv.data() + sz(b) * T * E3 + h * D;
         const float* k = q + E;
@@ -150,7 +153,7 @@ void BM_cblas_mha_gemms(benchmark::State& state, MhaConfig c) {
     // backward
     gemm(NT, NT, N, E, E, g.data(), E, wout.data(), E, dctx.data(), E);  // dctx = g Wout
     gemm(TR, NT, E, E, N, g.data(), E, ctx.data(), E, dwout.data(), E);  // dWout = g^T ctx
-    for (int b = 0; b < B; ++b)
+    for (int b = 0; b < B && heads; ++b)
       for (int h = 0; h < H; ++h) {
         const float* q = qkv.data() + sz(b) * T * E3 + h * D;
         const float* k = q + E;
@@ -172,7 +175,7 @@ void BM_cblas_mha_gemms(benchmark::State& state, MhaConfig c) {
     benchmark::DoNotOptimize(dwout.data());
     benchmark::ClobberMemory();
   }
-  set_flops(state, mha_flops(c));
+  set_flops(state, heads ? mha_flops(c) : 24.0 * double(c.B) * double(c.T) * double(c.E) * double(c.E));
 }
 
 void BM_train_step_reverse(benchmark::State& state, bool skip_padding) {
@@ -206,7 +209,12 @@ int main(int argc, char** argv) {
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   for (const MhaConfig& c : kConfigs)
-    benchmark::RegisterBenchmark((std::string("BM_cblas_mha_gemms/") + c.name).c_str(), BM_cblas_mha_gemms, c)
+    benchmark::RegisterBenchmark((std::string("BM_cblas_mha_gemms/") + c.name).c_str(), BM_cblas_mha_gemms, c, true)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  for (const MhaConfig& c : kConfigs)
+    benchmark::RegisterBenchmark((std::string("BM_cblas_mha_projections/") + c.name).c_str(), BM_cblas_mha_gemms, c,
+                                 false)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_train_step_reverse", BM_train_step_reverse, true)

@@ -25,8 +25,9 @@
 //     dS = P * (dP - rowsum(dP * P))               (r, c)    softmax backward (in dP)
 //     dQ = scale dS K                              (r, D)    head_gemm
 //     dK^T += scale Q^T dS                         (D, c)    head_gemm, summed over row blocks
-//   and dK, dV stored from dK^T, dV^T once per head (the same elements as dS^T Q, P^T dO:
-//   each a sum over the block's rows in order, so the same bits)
+//   and dK, dV stored from dK^T, dV^T once per head; with at most 16 keys, dV += P^T dO and
+//   dK += scale dS^T Q directly (the same elements, each a sum over the block's rows in order,
+//   so the same bits either way)
 // Saved for the backward: the inputs and (B, H, T, 2) row statistics, and the probabilities
 // (B, H, T, S) when they take at most 32 MiB (keep_probabilities; only the blocks above are
 // written, and the backward reads the same ones); otherwise they exist only as (64, S) scratch
@@ -41,6 +42,7 @@
 #include <memory>
 #include <mutex>
 #include <type_traits>
+#include <utility>
 
 #include "xgrad/framework/parallel.hpp"
 #include "xgrad/ops/attention.hpp"
@@ -371,6 +373,17 @@ void pack_head(HeadView<const T> x, std::size_t b, std::size_t h, std::size_t r0
   pack_rows(x.at(b, h, r0), x.ld, n, x.width, transposed, panel, ld);
 }
 
+// Rows [r0, r0 + n) of head (b, h) of x as the head GEMMs read them (pointer, row stride):
+// in place when there are few (n <= 16: even at a power-of-two stride they fit the L1 sets they
+// map to, and a copy costs more than it saves), else copied into panel (row stride ld).
+template <class T>
+std::pair<const T*, std::size_t> head_rows(HeadView<const T> x, std::size_t b, std::size_t h, std::size_t r0,
+                                           std::size_t n, T* panel, std::size_t ld) {
+  if (n <= 16) return {x.at(b, h, r0), x.ld};
+  pack_head(x, b, h, r0, n, false, panel, ld);
+  return {panel, ld};
+}
+
 // Multiply-adds of one head's forward (the GEMMs; the softmax is of the order T S).
 std::size_t head_cost(const Dims& d) { return d.T * d.S * (d.D + d.Dv + 1); }
 
@@ -405,14 +418,14 @@ void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const 
       }
       const std::size_t c_all = t_end == 0 ? 0 : block_keys(d, m, b, t_end);  // keys any row block computes
       pack_head(k, b, h, 0, c_all, true, kt.get(), ldk);
-      pack_head(v, b, h, 0, c_all, false, vr.get(), ldv);
+      const auto [vp, ldvp] = head_rows(v, b, h, 0, c_all, vr.get(), ldv);
       for (std::size_t r0 = 0; r0 < t_end; r0 += kRowBlock) {
         const std::size_t r1 = std::min(t_end, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, b, r1);
         T* const P = saved ? saved + (bh * d.T + r0) * panel_stride(d.S) : scratch.get();
         const std::size_t ldp = saved ? panel_stride(d.S) : panel_stride(c);
         head_gemm<T>(false, r, c, d.D, scale, q.at(b, h, r0), q.ld, kt.get(), ldk, T(0), P, ldp);
         softmax_rows(P, ldp, r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
-        head_gemm<T>(false, r, d.Dv, c, T(1), P, ldp, vr.get(), ldv, T(0), out.at(b, h, r0), out.ld);
+        head_gemm<T>(false, r, d.Dv, c, T(1), P, ldp, vp, ldvp, T(0), out.at(b, h, r0), out.ld);
       }
     }
   });
@@ -443,38 +456,43 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
       // GEMMs initialise dK, dV (beta 0) and the rest accumulate; keys no query sees get 0,
       // and so do the skipped padding queries.
       const std::size_t c_all = t_end == 0 ? 0 : block_keys(d, m, b, t_end);
+      // dK, dV as dK^T, dV^T (their GEMMs then read P and dS as rows, B, where dS^T Q, P^T dO
+      // would read them as A^T, a column at a time at the rows' stride) when over 16 keys; then
+      // stored transposed once per head. Either way the same elements, so the same bits.
+      const bool transposed_grads = c_all > 16;
       for (std::size_t s = c_all; s < d.S; ++s) {
         if (dk.base) std::fill_n(dk.at(b, h, s), d.D, T(0));
         if (dv.base) std::fill_n(dv.at(b, h, s), d.Dv, T(0));
       }
       if (!saved) pack_head(k, b, h, 0, c_all, true, kt.get(), ldt);
       if (dq.base || dk.base) pack_head(v, b, h, 0, c_all, true, vt.get(), ldt);
-      if (dq.base) pack_head(k, b, h, 0, c_all, false, kr.get(), ldk);
+      const auto [kp, ldkp] = dq.base ? head_rows(k, b, h, 0, c_all, kr.get(), ldk) : std::pair<const T*, std::size_t>{};
       if (dq.base)
         for (std::size_t i = t_end; i < d.T; ++i) std::fill_n(dq.at(b, h, i), d.D, T(0));
       for (std::size_t blk = (t_end + kRowBlock - 1) / kRowBlock; blk-- > 0;) {
         const std::size_t r0 = blk * kRowBlock;
         const std::size_t r1 = std::min(t_end, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, b, r1);
         const T beta = r1 == t_end ? T(0) : T(1);
-        T* const dO = dob.get();
-        pack_head(dout, b, h, r0, r, false, dO, ldv);
+        const auto [dO, lddo] = head_rows(dout, b, h, r0, r, dob.get(), ldv);
         const T* Pr = saved ? saved + (bh * d.T + r0) * panel_stride(d.S) : P.get();
         const std::size_t ldp = saved ? panel_stride(d.S) : panel_stride(c), ldg = panel_stride(c);
         if (!saved) {
           head_gemm<T>(false, r, c, d.D, scale, q.at(b, h, r0), q.ld, kt.get(), ldt, T(0), P.get(), ldp);
           probs_rows(P.get(), ldp, r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
         }
-        if (dv.base) head_gemm<T>(true, d.Dv, c, r, T(1), dO, ldv, Pr, ldp, beta, dvt.get(), ldt);
+        if (dv.base && transposed_grads) head_gemm<T>(true, d.Dv, c, r, T(1), dO, lddo, Pr, ldp, beta, dvt.get(), ldt);
+        if (dv.base && !transposed_grads) head_gemm<T>(true, c, d.Dv, r, T(1), Pr, ldp, dO, lddo, beta, dv.at(b, h), dv.ld);
         if (!dq.base && !dk.base) continue;
-        head_gemm<T>(false, r, c, d.Dv, T(1), dO, ldv, vt.get(), ldt, T(0), dP.get(), ldg);
+        head_gemm<T>(false, r, c, d.Dv, T(1), dO, lddo, vt.get(), ldt, T(0), dP.get(), ldg);
         softmax_grad_rows(Pr, ldp, dP.get(), ldg, r, c);
-        if (dq.base) head_gemm<T>(false, r, d.D, c, scale, dP.get(), ldg, kr.get(), ldk, T(0), dq.at(b, h, r0), dq.ld);
+        if (dq.base) head_gemm<T>(false, r, d.D, c, scale, dP.get(), ldg, kp, ldkp, T(0), dq.at(b, h, r0), dq.ld);
         if (!dk.base) continue;
-        pack_head(q, b, h, r0, r, false, qb.get(), ldk);
-        head_gemm<T>(true, d.D, c, r, scale, qb.get(), ldk, dP.get(), ldg, beta, dkt.get(), ldt);
+        const auto [qp, ldqp] = head_rows(q, b, h, r0, r, qb.get(), ldk);
+        if (transposed_grads) head_gemm<T>(true, d.D, c, r, scale, qp, ldqp, dP.get(), ldg, beta, dkt.get(), ldt);
+        else head_gemm<T>(true, c, d.D, r, scale, dP.get(), ldg, qp, ldqp, beta, dk.at(b, h), dk.ld);
       }
-      if (dk.base) pack_rows(dkt.get(), ldt, d.D, c_all, true, dk.at(b, h), dk.ld);
-      if (dv.base) pack_rows(dvt.get(), ldt, d.Dv, c_all, true, dv.at(b, h), dv.ld);
+      if (dk.base && transposed_grads) pack_rows(dkt.get(), ldt, d.D, c_all, true, dk.at(b, h), dk.ld);
+      if (dv.base && transposed_grads) pack_rows(dvt.get(), ldt, d.Dv, c_all, true, dv.at(b, h), dv.ld);
     }
   });
 }

@@ -177,8 +177,9 @@ XGRAD_TARGET_AVX2 void tile_avx2(const float* const* a, std::size_t ka, const fl
 #undef XGRAD_UNROLL
 #undef XGRAD_ROUNDED
 
-// Small products: 4 x 16 tiles. Large ones: as many accumulators as the registers hold
-// (AVX-512 8 x 32: 16 of 32 zmm; AVX2 6 x 16: 12 of 16 ymm), 16 columns when N <= 16.
+// Products of at most 32 rows: 4 x 16 tiles (fewer rows of a tail tile wasted). Larger ones: as
+// many accumulators as the registers hold (AVX-512 8 x 32: 16 of 32 zmm; AVX2 6 x 16: 12 of 16
+// ymm), 16 columns when N <= 16.
 const Tiling kSmall_avx512{tile_avx512<4, 1>, 4, 16}, kSmall_avx2{tile_avx2<4, 2>, 4, 16};
 const Tiling kLarge_avx512{tile_avx512<8, 2>, 8, 32}, kNarrow_avx512{tile_avx512<8, 1>, 8, 16},
     kLarge_avx2{tile_avx2<6, 2>, 6, 16};
@@ -255,7 +256,10 @@ void pack_transposed(std::size_t N, std::size_t K, const float* B, std::size_t l
 void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                 std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc) {
   if (M == 0 || N == 0) return;
-  const Tiling& t = N <= 16 ? XGRAD_ISA_SELECT(kNarrow) : XGRAD_ISA_SELECT(kLarge);
+  // (the bits do not depend on the tiling: each element is the same function either way)
+  const Tiling& t = M <= kSmallGemmMax ? XGRAD_ISA_SELECT(kSmall)
+                    : N <= 16          ? XGRAD_ISA_SELECT(kNarrow)
+                                       : XGRAD_ISA_SELECT(kLarge);
   run_tiles(t, trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc);
 }
 
