@@ -346,9 +346,7 @@ void head_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, T alph
   else detail::gemm<T>(trans_a, false, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc);
 }
 
-// Row stride of a packed panel with rows of n elements: n rounded up to 16, plus 16, so that
-// rows of a power-of-two length (c = 512 keys: 2 KiB) do not all map to the same few L1 sets.
-constexpr std::size_t panel_stride(std::size_t n) { return (n + 15) / 16 * 16 + 16; }
+using detail::panel_stride;
 
 // Rows [0, n) of x (width elements each, row stride ldx) into panel, row stride ld: as they
 // are, (n, width); or transposed, (width, n) (K^T, V^T).

@@ -2,6 +2,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <memory>
 
 #include "xgrad/framework/parallel.hpp"
 #include "xgrad/ops/detail.hpp"
@@ -46,25 +47,45 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
   blas_single_thread();  // also before the small path: any xgrad GEMM leaves OpenBLAS single-threaded (documented)
   if constexpr (std::is_same_v<T, float>)
     if (small_gemm_fits(M, N, K)) return small_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  // Mid-sized float32 products run xgrad's own micro-kernels (tiled_gemm), op(B) as rows: B
+  // itself, or B^T packed once here. Their results do not depend on the blocks below at all.
+  const T* Bk = B;
+  std::size_t ldk = ldb;
+  bool tiled = false;
+  std::unique_ptr<T[]> panel;
+  if constexpr (std::is_same_v<T, float>)
+    if (tiled_gemm_fits(trans_a, M, N, K)) {
+      tiled = true;
+      if (trans_b) {
+        ldk = panel_stride(N);
+        panel.reset(new T[K * ldk]);
+        transpose(N, K, B, ldb, panel.get(), ldk);
+        Bk = panel.get();
+      }
+    }
+  const auto one = [&](std::size_t m, std::size_t n, const T* a, const T* b, const T* bk, T* c) {
+    if constexpr (std::is_same_v<T, float>)
+      if (tiled) return tiled_gemm(trans_a, m, n, K, alpha, a, lda, bk, ldk, beta, c, ldc);
+    gemm_one_call(trans_a, trans_b, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc);
+  };
   // Rows [m0, m1) of C need rows [m0, m1) of op(A) only; columns [n0, n1), columns of op(B) only.
   const bool by_rows = M >= N;
   const std::size_t len = by_rows ? M : N;
   const std::size_t blocks = std::clamp<std::size_t>(std::min(len / kMinBlock, M * N * K / kMinBlockWork), 1, kMaxBlocks);
-  if (blocks == 1) return gemm_one_call(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (blocks == 1) return one(M, N, A, B, Bk, C);
   const std::size_t step = (len / blocks + kBlockAlign - 1) / kBlockAlign * kBlockAlign;
   const std::size_t count = (len + step - 1) / step;
   parallel_for(count, step * (by_rows ? N : M) * K, [&](std::size_t begin, std::size_t end) {
     for (std::size_t blk = begin; blk < end; ++blk) {
       const std::size_t lo = blk * step, n = std::min(len, lo + step) - lo;
       if (by_rows)
-        gemm_one_call(trans_a, trans_b, n, N, K, alpha, trans_a ? A + lo : A + lo * lda, lda, B, ldb, beta,
-                      C + lo * ldc, ldc);
+        one(n, N, trans_a ? A + lo : A + lo * lda, B, Bk, C + lo * ldc);
       else
-        gemm_one_call(trans_a, trans_b, M, n, K, alpha, A, lda, trans_b ? B + lo * ldb : B + lo, ldb, beta,
-                      C + lo, ldc);
+        one(M, n, A, trans_b ? B + lo * ldb : B + lo, Bk + lo, C + lo);
     }
   });
 }
+
 template void gemm<float>(bool, bool, std::size_t, std::size_t, std::size_t, float, const float*,
                           std::size_t, const float*, std::size_t, float, float*, std::size_t);
 template void gemm<double>(bool, bool, std::size_t, std::size_t, std::size_t, double, const double*,

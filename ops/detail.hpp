@@ -71,6 +71,17 @@ void small_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::s
 // paths alike. A transposed B (N, K) is first laid out as rows by pack_transposed.
 void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                 std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc);
+// gemm<float> of mid size with op(A) not transposed runs tiled_gemm (a transposed B packed once
+// per call): no per-call packing of both operands as in OpenBLAS, 10-25% faster at the reverse
+// model's and the MHA benchmarks' linear shapes on an AVX-512 Xeon, even on AVX2 (docs/PERFORMANCE.md,
+// eighth round). A transposed A (the weight gradients) stays on BLAS: read in place, its
+// k-th values lie a row of A apart, and OpenBLAS's packing wins there.
+inline bool tiled_gemm_fits(bool trans_a, std::size_t M, std::size_t N, std::size_t K) {
+  return !trans_a && K <= 1024 && N <= 1024 && M * N * K <= (std::size_t(1) << 25);
+}
+// Row stride of a packed panel with rows of n elements: n rounded up to 16, plus 16, so that
+// rows of a power-of-two length (512 floats: 2 KiB) do not all map to the same few L1 sets.
+constexpr std::size_t panel_stride(std::size_t n) { return (n + 15) / 16 * 16 + 16; }
 // panel (K, N), row stride N: panel[k * N + j] = B[j * ldb + k], for B (N, K) with row stride ldb.
 void pack_transposed(std::size_t N, std::size_t K, const float* B, std::size_t ldb, float* panel);
 // dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols (float32, vectorised).

@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/isa.hpp"
@@ -42,31 +43,53 @@ namespace {
 
 constexpr std::size_t kMaxRows = 8;  // rows of the largest tile
 
-// The tile of C at c (row stride ldc), rows r < rows <= R, columns l < cols <= W:
+// One tile's work. The tile of C at c (row stride ldc), rows r < rows <= R, columns l < cols <= W:
 //   acc_rl = sum_k a[r][k * ka] b[k * ldb + l]     in order of k; b: cols readable columns a row
 //   c_rl   = alpha acc_rl                          beta == 0: C is not read
 //   c_rl   = alpha acc_rl + beta c_rl              beta != 0: both products rounded, then the sum
-using Tile = void (*)(const float* const* a, std::size_t ka, const float* b, std::size_t ldb, std::size_t K,
-                      float alpha, float beta, float* c, std::size_t ldc, std::size_t rows, std::size_t cols);
+// A product with a long K runs in chunks of k (run_tiles): then acc starts from the R x W
+// floats at partial (row stride ldp) unless first, and unless last ends there, raw, instead of
+// in C. A float32 sum carried on from its stored value is the same chain of roundings, so the
+// chunks do not change a bit.
+struct TileArgs {
+  const float* const* a;
+  std::size_t ka;
+  const float* b;
+  std::size_t ldb, K;
+  float alpha, beta;
+  float* c;
+  std::size_t ldc, rows, cols;
+  float* partial;
+  std::size_t ldp;
+  bool first, last;
+};
+using Tile = void (*)(const TileArgs& t);
 struct Tiling {
   Tile tile;
   std::size_t rows, cols;  // R, W
 };
 
 template <std::size_t R, std::size_t W>
-void tile_baseline(const float* const* a, std::size_t ka, const float* b, std::size_t ldb, std::size_t K, float alpha,
-                   float beta, float* c, std::size_t ldc, std::size_t rows, std::size_t cols) {
+void tile_baseline(const TileArgs& t) {
   float acc[R][W] = {};
-  for (std::size_t k = 0; k < K; ++k, b += ldb)
+  if (!t.first)
+    for (std::size_t r = 0; r < R; ++r) std::copy_n(t.partial + r * t.ldp, W, acc[r]);
+  const float* b = t.b;
+  for (std::size_t k = 0; k < t.K; ++k, b += t.ldb)
     for (std::size_t r = 0; r < R; ++r) {
-      const float x = a[r][k * ka];
-      for (std::size_t l = 0; l < cols; ++l) acc[r][l] += x * b[l];
+      const float x = t.a[r][k * t.ka];
+      for (std::size_t l = 0; l < t.cols; ++l) acc[r][l] += x * b[l];
     }
-  for (std::size_t r = 0; r < rows; ++r, c += ldc)
-    if (beta == 0.0f)
-      for (std::size_t l = 0; l < cols; ++l) c[l] = alpha * acc[r][l];
+  if (!t.last) {
+    for (std::size_t r = 0; r < R; ++r) std::copy_n(acc[r], W, t.partial + r * t.ldp);
+    return;
+  }
+  float* c = t.c;
+  for (std::size_t r = 0; r < t.rows; ++r, c += t.ldc)
+    if (t.beta == 0.0f)
+      for (std::size_t l = 0; l < t.cols; ++l) c[l] = t.alpha * acc[r][l];
     else
-      for (std::size_t l = 0; l < cols; ++l) c[l] = alpha * acc[r][l] + beta * c[l];
+      for (std::size_t l = 0; l < t.cols; ++l) c[l] = t.alpha * acc[r][l] + t.beta * c[l];
 }
 
 #ifdef XGRAD_TILED_GEMM_X86
@@ -77,20 +100,19 @@ void tile_baseline(const float* const* a, std::size_t ka, const float* b, std::s
 
 // R rows x V vectors of 16 columns. Masked: some of the V vectors are partly past column cols.
 template <std::size_t R, std::size_t V, bool Masked>
-XGRAD_TARGET_AVX512 inline __attribute__((always_inline)) void tile_avx512_body(
-    const float* const* a, std::size_t ka, const float* b, std::size_t ldb, std::size_t K, float alpha, float beta,
-    float* c, std::size_t ldc, std::size_t rows, std::size_t cols) {
+XGRAD_TARGET_AVX512 inline __attribute__((always_inline)) void tile_avx512_body(const TileArgs& t) {
   __mmask16 m[V];
   XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) {
-    const std::size_t n = cols > 16 * v ? std::min<std::size_t>(16, cols - 16 * v) : 0;
+    const std::size_t n = t.cols > 16 * v ? std::min<std::size_t>(16, t.cols - 16 * v) : 0;
     m[v] = __mmask16((1u << n) - 1);  // lanes l < n
   }
   __m512 acc[R][V];
   XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) acc[r][v] =
-      _mm512_setzero_ps();
+      t.first ? _mm512_setzero_ps() : _mm512_loadu_ps(t.partial + r * t.ldp + 16 * v);
   const float* ar[R];
-  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) ar[r] = a[r];
-  for (std::size_t k = 0, at = 0; k < K; ++k, at += ka, b += ldb) {
+  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) ar[r] = t.a[r];
+  const float* b = t.b;
+  for (std::size_t k = 0, at = 0; k < t.K; ++k, at += t.ka, b += t.ldb) {
     __m512 bk[V];
     XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) bk[v] =
         Masked ? _mm512_maskz_loadu_ps(m[v], b + 16 * v) : _mm512_loadu_ps(b + 16 * v);
@@ -99,13 +121,18 @@ XGRAD_TARGET_AVX512 inline __attribute__((always_inline)) void tile_avx512_body(
       XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(x, bk[v], acc[r][v]);
     }
   }
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  if (!t.last) {
+    XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v)
+        _mm512_storeu_ps(t.partial + r * t.ldp + 16 * v, acc[r][v]);
+    return;
+  }
+  const __m512 va = _mm512_set1_ps(t.alpha), vb = _mm512_set1_ps(t.beta);
   XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {
-    if (r >= rows) break;
-    float* cr = c + r * ldc;
+    if (r >= t.rows) break;
+    float* cr = t.c + r * t.ldc;
     XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) {
       __m512 y = _mm512_mul_ps(va, acc[r][v]);
-      if (beta != 0.0f) {
+      if (t.beta != 0.0f) {
         __m512 z = _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m[v], cr + 16 * v));
         XGRAD_ROUNDED(y);
         XGRAD_ROUNDED(z);
@@ -116,11 +143,9 @@ XGRAD_TARGET_AVX512 inline __attribute__((always_inline)) void tile_avx512_body(
   }
 }
 template <std::size_t R, std::size_t V>
-XGRAD_TARGET_AVX512 void tile_avx512(const float* const* a, std::size_t ka, const float* b, std::size_t ldb,
-                                     std::size_t K, float alpha, float beta, float* c, std::size_t ldc,
-                                     std::size_t rows, std::size_t cols) {
-  if (cols == 16 * V) tile_avx512_body<R, V, false>(a, ka, b, ldb, K, alpha, beta, c, ldc, rows, cols);
-  else tile_avx512_body<R, V, true>(a, ka, b, ldb, K, alpha, beta, c, ldc, rows, cols);
+XGRAD_TARGET_AVX512 void tile_avx512(const TileArgs& t) {
+  if (t.cols == 16 * V) tile_avx512_body<R, V, false>(t);
+  else tile_avx512_body<R, V, true>(t);
 }
 
 // 32-bit lane l of the 8 lanes at kLaneMask + 8 - n is all ones for l < n, zero after (0 <= n <= 8).
@@ -128,20 +153,19 @@ constexpr std::int32_t kLaneMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1};
 
 // R rows x V vectors of 8 columns. Masked: some of the V vectors are partly past column cols.
 template <std::size_t R, std::size_t V, bool Masked>
-XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_avx2_body(
-    const float* const* a, std::size_t ka, const float* b, std::size_t ldb, std::size_t K, float alpha, float beta,
-    float* c, std::size_t ldc, std::size_t rows, std::size_t cols) {
+XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_avx2_body(const TileArgs& t) {
   __m256i m[V];
   XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) {
-    const std::size_t n = cols > 8 * v ? std::min<std::size_t>(8, cols - 8 * v) : 0;
+    const std::size_t n = t.cols > 8 * v ? std::min<std::size_t>(8, t.cols - 8 * v) : 0;
     m[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLaneMask + 8 - n));
   }
   __m256 acc[R][V];
   XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) acc[r][v] =
-      _mm256_setzero_ps();
+      t.first ? _mm256_setzero_ps() : _mm256_loadu_ps(t.partial + r * t.ldp + 8 * v);
   const float* ar[R];
-  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) ar[r] = a[r];
-  for (std::size_t k = 0, at = 0; k < K; ++k, at += ka, b += ldb) {
+  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) ar[r] = t.a[r];
+  const float* b = t.b;
+  for (std::size_t k = 0, at = 0; k < t.K; ++k, at += t.ka, b += t.ldb) {
     __m256 bk[V];
     XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) bk[v] =
         Masked ? _mm256_maskload_ps(b + 8 * v, m[v]) : _mm256_loadu_ps(b + 8 * v);
@@ -150,13 +174,18 @@ XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_avx2_body(
       XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(x, bk[v], acc[r][v]);
     }
   }
-  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+  if (!t.last) {
+    XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v)
+        _mm256_storeu_ps(t.partial + r * t.ldp + 8 * v, acc[r][v]);
+    return;
+  }
+  const __m256 va = _mm256_set1_ps(t.alpha), vb = _mm256_set1_ps(t.beta);
   XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {
-    if (r >= rows) break;
-    float* cr = c + r * ldc;
+    if (r >= t.rows) break;
+    float* cr = t.c + r * t.ldc;
     XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) {
       __m256 y = _mm256_mul_ps(va, acc[r][v]);
-      if (beta != 0.0f) {
+      if (t.beta != 0.0f) {
         __m256 z = _mm256_mul_ps(vb, Masked ? _mm256_maskload_ps(cr + 8 * v, m[v]) : _mm256_loadu_ps(cr + 8 * v));
         XGRAD_ROUNDED(y);
         XGRAD_ROUNDED(z);
@@ -168,11 +197,9 @@ XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_avx2_body(
   }
 }
 template <std::size_t R, std::size_t V>
-XGRAD_TARGET_AVX2 void tile_avx2(const float* const* a, std::size_t ka, const float* b, std::size_t ldb,
-                                 std::size_t K, float alpha, float beta, float* c, std::size_t ldc, std::size_t rows,
-                                 std::size_t cols) {
-  if (cols == 8 * V) tile_avx2_body<R, V, false>(a, ka, b, ldb, K, alpha, beta, c, ldc, rows, cols);
-  else tile_avx2_body<R, V, true>(a, ka, b, ldb, K, alpha, beta, c, ldc, rows, cols);
+XGRAD_TARGET_AVX2 void tile_avx2(const TileArgs& t) {
+  if (t.cols == 8 * V) tile_avx2_body<R, V, false>(t);
+  else tile_avx2_body<R, V, true>(t);
 }
 #undef XGRAD_UNROLL
 #undef XGRAD_ROUNDED
@@ -191,18 +218,33 @@ const Tiling& kNarrow_baseline = kSmall_baseline;
 const Tiling& kNarrow_avx2 = kLarge_avx2;
 #endif
 
+// k in chunks of kChunk when K > kChunk: a chunk's rows of op(B) for one column block
+// (kChunk x W floats, 8 or 16 KiB) then stay in L1 while every row tile reads them.
+constexpr std::size_t kChunk = 128;
+
 // Column blocks outer: a block's W columns of Bk stay in L1 while every row tile reads them.
-void run_tiles(const Tiling& t, bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha,
+void run_tiles(const Tiling& tl, bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha,
                const float* A, std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C,
                std::size_t ldc) {
+  const std::size_t R = tl.rows, W = tl.cols;
   const std::size_t ra = trans_a ? 1 : lda, ka = trans_a ? lda : 1;  // a_ik = A[i * ra + k * ka]
-  for (std::size_t j0 = 0; j0 < N; j0 += t.cols)
-    for (std::size_t i0 = 0; i0 < M; i0 += t.rows) {
-      const float* a[kMaxRows];
-      for (std::size_t r = 0; r < t.rows; ++r) a[r] = A + std::min(i0 + r, M - 1) * ra;  // a tail repeats row M - 1
-      t.tile(a, ka, Bk + j0, ldb, K, alpha, beta, C + i0 * ldc + j0, ldc, std::min(t.rows, M - i0),
-             std::min(t.cols, N - j0));
-    }
+  const bool chunked = K > kChunk;
+  const std::size_t kc = chunked ? kChunk : std::max<std::size_t>(K, 1);
+  // raw sums between chunks: one R x W tile per tile of C, row stride ldp
+  const std::size_t ldp = (N + W - 1) / W * W;
+  std::unique_ptr<float[]> partial(chunked ? new float[(M + R - 1) / R * R * ldp] : nullptr);
+  for (std::size_t k0 = 0; k0 == 0 || k0 < K; k0 += kc) {  // K = 0: one pass, C = beta C
+    const std::size_t kn = std::min(kc, K - k0);
+    for (std::size_t j0 = 0; j0 < N; j0 += W)
+      for (std::size_t i0 = 0; i0 < M; i0 += R) {
+        const float* a[kMaxRows];
+        for (std::size_t r = 0; r < R; ++r) a[r] = A + std::min(i0 + r, M - 1) * ra + k0 * ka;  // a tail repeats row M - 1
+        const TileArgs t{a,   ka,   Bk + k0 * ldb + j0, ldb, kn, alpha, beta, C + i0 * ldc + j0, ldc,
+                         std::min(R, M - i0), std::min(W, N - j0), chunked ? partial.get() + i0 * ldp + j0 : nullptr,
+                         ldp, k0 == 0, k0 + kn >= K};
+        tl.tile(t);
+      }
+  }
 }
 
 // dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols.

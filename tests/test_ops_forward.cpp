@@ -841,8 +841,9 @@ BOOST_AUTO_TEST_CASE(small_float32_gemm_writes_its_block_only_and_reads_c_only_f
   set_cpu_path(before);
 }
 
-// xgrad's own GEMM at attention's sizes (detail::tiled_gemm: 8 x 32 AVX-512, 6 x 16 AVX2 and
-// 4 x 16 baseline tiles, op(B) read as rows), with strided operands and B sized exactly (a
+// xgrad's own GEMM at attention's and mid-sized linear layers' sizes (detail::tiled_gemm:
+// 8 x 32 AVX-512, 6 x 16 AVX2 and 4 x 16 baseline tiles, op(B) read as rows; gemm<float> with a
+// transposed B packs it and runs the same), with strided operands and B sized exactly (a
 // read past column N of its last row is outside the allocation: ASan in CI). It writes C's
 // M x N block only, never reads C for beta 0, adds beta C as a separately rounded product,
 // computes each element from its row of op(A) and column of op(B) alone (a 1-row or 1-column
@@ -855,7 +856,9 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
   struct Case {
     std::size_t M, N, K;
   };
-  const Case cases[] = {{64, 100, 70}, {13, 17, 5}, {9, 64, 33}, {70, 16, 64}, {1, 1, 1}, {31, 29, 32}};
+  // K > 128 runs in chunks of 128 (raw sums carried over: the same bits)
+  const Case cases[] = {{64, 100, 70}, {13, 17, 5}, {9, 64, 33}, {70, 16, 64}, {1, 1, 1}, {31, 29, 32},
+                        {40, 50, 300}, {9, 33, 129}};
   std::vector<std::vector<float>> first_path;  // per case and transpose: the first fused path's C
   for (CpuPath path : supported_cpu_paths()) {
     set_cpu_path(path);
@@ -907,6 +910,14 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
             std::vector<float> small(M * N);
             detail::gemm<float>(ta, false, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0f, small.data(), N);
             BOOST_TEST((small == block));
+          }
+          if (!ta) {  // gemm<float> with a transposed B (N, K): packed, then the same kernels
+            const std::size_t ldt = K + 1;
+            std::vector<float> Bt(N * ldt), y_nt(M * N);
+            for (std::size_t k = 0; k < K; ++k)
+              for (std::size_t j = 0; j < N; ++j) Bt[j * ldt + k] = B[k * ldb + j];
+            detail::gemm<float>(false, true, M, N, K, alpha, A.data(), lda, Bt.data(), ldt, 0.0f, y_nt.data(), N);
+            BOOST_TEST((y_nt == block));
           }
           if (path == CpuPath::Baseline) continue;  // the fused paths: the same bits
           if (first_path.size() <= run) first_path.push_back(block);
