@@ -72,10 +72,11 @@ void small_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::s
 void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                 std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc);
 // gemm<float> of mid size with op(A) not transposed runs tiled_gemm (a transposed B packed once
-// per call): no per-call packing of both operands as in OpenBLAS, 10-25% faster at the reverse
-// model's and the MHA benchmarks' linear shapes on an AVX-512 Xeon, even on AVX2 (docs/PERFORMANCE.md,
-// eighth round). A transposed A (the weight gradients) stays on BLAS: read in place, its
-// k-th values lie a row of A apart, and OpenBLAS's packing wins there.
+// per call) instead of OpenBLAS, which packs both operands on every call: at the reverse
+// model's and the MHA benchmarks' linear shapes 10-35% faster on the AVX-512 path, -3% to +7%
+// on the AVX2 one (one call, 1 thread; docs/PERFORMANCE.md, eighth round). A transposed A (the
+// weight gradients) stays on BLAS: read in place, its k-th values lie a row of A apart, and
+// OpenBLAS's packing wins there.
 inline bool tiled_gemm_fits(bool trans_a, std::size_t M, std::size_t N, std::size_t K) {
   return !trans_a && K <= 1024 && N <= 1024 && M * N * K <= (std::size_t(1) << 25);
 }

@@ -729,8 +729,9 @@ BOOST_AUTO_TEST_CASE(matmul_float32_within_the_derived_error_bound) {
   }
 }
 
-// Float32 products with every dimension <= 32 run xgrad's own small GEMM (ops/small_gemm.cpp),
-// 33 and more OpenBLAS: both within the derived bound on every CPU path, for every transpose
+// Float32 products with every dimension <= 32 run xgrad's own small GEMM (ops/tiled_gemm.cpp),
+// larger ones its tiled GEMM (op(A) not transposed) or OpenBLAS (a transposed A): all within
+// the derived bound on every CPU path, for every transpose
 // and tile tail (4-row, 16-column tiles). Each element is a function of its row of op(A) and
 // column of op(B) alone: a row computed by itself, or a column, has the same bits.
 BOOST_AUTO_TEST_CASE(small_float32_gemm_within_the_bound_on_every_cpu_path) {
@@ -777,6 +778,21 @@ BOOST_AUTO_TEST_CASE(small_float32_gemm_within_the_bound_on_every_cpu_path) {
     BOOST_TEST(y512 == y2);
   }
   set_cpu_path(before);
+}
+
+// `half` (M x N, row stride N) = op(A) op(B) / 2 computed in float32 (alpha = 1/2: exact),
+// for strided A (lda) and B (ldb): within the derived float32 bound of the product.
+static boost::test_tools::predicate_result half_product_within_bound(const std::vector<float>& A, std::size_t lda, bool ta,
+                                                                     const std::vector<float>& B, std::size_t ldb, bool tb,
+                                                                     std::size_t M, std::size_t N, std::size_t K,
+                                                                     const std::vector<float>& half) {
+  Vec a_mk(M * K), b_kn(K * N), y(M * N);
+  for (std::size_t i = 0; i < M; ++i)
+    for (std::size_t k = 0; k < K; ++k) a_mk[i * K + k] = ta ? A[k * lda + i] : A[i * lda + k];
+  for (std::size_t k = 0; k < K; ++k)
+    for (std::size_t j = 0; j < N; ++j) b_kn[k * N + j] = tb ? B[j * ldb + k] : B[k * ldb + j];
+  for (std::size_t i = 0; i < M * N; ++i) y[i] = 2.0 * double(half[i]);
+  return test::gemm_f32_within_bound(f32(y, {M, N}), a_mk, b_kn, M, K, N);
 }
 
 // The small GEMM's contract with strided operands, as attention's per-head products use it
@@ -827,13 +843,7 @@ BOOST_AUTO_TEST_CASE(small_float32_gemm_writes_its_block_only_and_reads_c_only_f
           BOOST_TEST(wrong0 == 0u);
           BOOST_TEST(wrong1 == 0u);
           // and the product itself: within the derived bound of op(A) op(B)
-          Vec a_mk(M * K), b_kn(K * N), y(M * N);
-          for (std::size_t i = 0; i < M; ++i)
-            for (std::size_t k = 0; k < K; ++k) a_mk[i * K + k] = ta ? A[k * lda + i] : A[i * lda + k];
-          for (std::size_t k = 0; k < K; ++k)
-            for (std::size_t j = 0; j < N; ++j) b_kn[k * N + j] = tb ? B[j * ldb + k] : B[k * ldb + j];
-          for (std::size_t i = 0; i < M * N; ++i) y[i] = 2.0 * double(dense[i]);  // alpha = 1/2: exact
-          BOOST_TEST(test::gemm_f32_within_bound(f32(y, {M, N}), a_mk, b_kn, M, K, N));
+          BOOST_TEST(half_product_within_bound(A, lda, ta, B, ldb, tb, M, N, K, dense));
         }
       }
     }
@@ -899,13 +909,7 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
           BOOST_TEST(outside == 0u);
           BOOST_TEST(wrong1 == 0u);
           BOOST_TEST(alone == 0u);
-          Vec a_mk(M * K), b_kn(K * N), y(M * N);
-          for (std::size_t i = 0; i < M; ++i)
-            for (std::size_t k = 0; k < K; ++k) a_mk[i * K + k] = ta ? A[k * lda + i] : A[i * lda + k];
-          for (std::size_t k = 0; k < K; ++k)
-            for (std::size_t j = 0; j < N; ++j) b_kn[k * N + j] = B[k * ldb + j];
-          for (std::size_t i = 0; i < M * N; ++i) y[i] = 2.0 * double(block[i]);  // alpha = 1/2: exact
-          BOOST_TEST(test::gemm_f32_within_bound(f32(y, {M, N}), a_mk, b_kn, M, K, N));
+          BOOST_TEST(half_product_within_bound(A, lda, ta, B, ldb, false, M, N, K, block));
           if (M <= detail::kSmallGemmMax && N <= detail::kSmallGemmMax && K <= detail::kSmallGemmMax) {
             std::vector<float> small(M * N);
             detail::gemm<float>(ta, false, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0f, small.data(), N);
