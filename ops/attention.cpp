@@ -29,7 +29,7 @@
 //   dK += scale dS^T Q directly (the same elements, each a sum over the block's rows in order,
 //   so the same bits either way)
 // Saved for the backward: the inputs and (B, H, T, 2) row statistics, and the probabilities
-// (B, H, T, S) when they take at most 32 MiB (keep_probabilities; only the blocks above are
+// (B, H, T, S; rows padded to panel_stride(S)) when (B, H, T, S) takes at most 32 MiB (keep_probabilities; only the blocks above are
 // written, and the backward reads the same ones); otherwise they exist only as (64, S) scratch
 // per thread (the FlashAttention recomputation; keys are not tiled, so a row block's softmax
 // is the exact one-pass softmax and its GEMMs keep long key extents).
@@ -333,10 +333,10 @@ void softmax_grad_rows(const T* P, std::size_t ldp, T* G, std::size_t ldg, std::
 }
 
 // The head products: C (M, N) = alpha op(A) Bk + beta C, with Bk (K, N) read as rows (row
-// stride ldb): a head's Q or dO rows in place (64 rows of one row block), or K, V, K^T, V^T
-// over the keys, packed once per head (pack_head): in place, each of up to S rows of K or V
-// sits in its own stretch of a wide row (stride 3E for packed qkv), and the micro-kernel's
-// loads of B then stall on memory. float32 runs xgrad's own micro-kernels
+// stride ldb): K, V, K^T, V^T over the keys packed once per head, a row block's Q and dO
+// (head_rows), P and dS. In place, each row of K, V, Q or dO sits in its own stretch of a wide
+// row (stride 3E for packed qkv), at a stride that maps them all to a few L1 sets, and the
+// micro-kernel's loads then stall on memory. float32 runs xgrad's own micro-kernels
 // (detail::tiled_gemm: no per-call packing; the same bits on the AVX-512 and AVX2 paths),
 // float64 BLAS.
 template <class T>
@@ -438,7 +438,7 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
                      HeadView<T> dk, HeadView<T> dv) {
   parallel_for(d.B * d.H, 3 * head_cost(d), [&](std::size_t begin, std::size_t end) {
     const std::size_t scratch = std::min(kRowBlock, d.T) * panel_stride(d.S);
-    // (r, c), row stride c; uninitialised (every GEMM here writes all of its C with beta 0)
+    // (r, c), row stride panel_stride(c); uninitialised (every GEMM here writes all of its C with beta 0)
     const std::unique_ptr<T[]> P(new T[saved ? 0 : scratch]), dP(new T[scratch]);
     // K^T (D, c_all), V^T (Dv, c_all), K (c_all, D), packed
     const std::size_t ldt = panel_stride(d.S), ldk = panel_stride(d.D);

@@ -1,6 +1,7 @@
 // xgrad's own float32 GEMM micro-kernels (declared in ops/detail.hpp): the small GEMMs
-// without BLAS's per-call cost, and attention's per-head products, whose transposed operand
-// is packed once per head instead of once per BLAS call.
+// without BLAS's per-call cost, attention's per-head products, whose transposed operand is
+// packed once per head instead of once per BLAS call, and gemm<float>'s mid-sized products
+// with op(A) not transposed (tiled_gemm_fits; a transposed B packed once per call).
 //
 // Small GEMMs: a 16x16x16 product is 4,096 multiply-adds, 256 AVX-512 or 512 AVX2 FMAs.
 // OpenBLAS spends ~3,000 instructions per call around them (argument checks, buffer set-up,
@@ -19,10 +20,11 @@
 //     acc_ij = sum_{k = 0 .. K-1} a_ik b_kj        in order of k, one multiply-add per k
 //     C_ij   = alpha acc_ij (+ beta C_ij if beta != 0; C is never read for beta 0)
 //   the micro-kernel writes C itself: its rows and columns inside C only, products alpha acc
-//   and beta C each rounded, then their sum
+//   and beta C each rounded, then their sum; K > 128 in chunks of 128 k (run_tiles), the raw
+//   acc carried from one chunk to the next through a scratch
 //
 // Every element of C is the same function of its row of op(A) and its column of op(B),
-// whatever M, N, the tile size, the tile it falls in or the thread count. The AVX-512 and
+// whatever M, N, the tile size, the tile it falls in, the chunks or the thread count. The AVX-512 and
 // AVX2 micro-kernels fuse each multiply-add (one rounding, the same bits on both paths and
 // for every tile size); the baseline one rounds the product and then the sum.
 #include <algorithm>
