@@ -54,7 +54,7 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
   bool tiled = false;
   std::unique_ptr<T[]> panel;
   if constexpr (std::is_same_v<T, float>)
-    if (tiled_gemm_fits(trans_a, M, N, K)) {
+    if (tiled_gemm_fits(trans_a, trans_b, M, N, K)) {
       tiled = true;
       if (trans_b) {
         ldk = panel_stride(N);

@@ -71,14 +71,15 @@ void small_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::s
 // paths alike. A transposed B (N, K) is first laid out as rows by pack_transposed.
 void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                 std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc);
-// gemm<float> of mid size with op(A) not transposed runs tiled_gemm (a transposed B packed once
-// per call) instead of OpenBLAS, which packs both operands on every call: at the reverse
+// gemm<float> of mid size with op(A) not transposed and K <= 256 runs tiled_gemm (a transposed
+// B packed once per call, then only for M >= 128 rows, where the packing is cheap against the
+// product) instead of OpenBLAS, which packs both operands on every call: at the reverse
 // model's and the MHA benchmarks' linear shapes 10-35% faster on the AVX-512 path, -3% to +7%
-// on the AVX2 one (one call, 1 thread; docs/PERFORMANCE.md, eighth round). A transposed A (the
-// weight gradients) stays on BLAS: read in place, its k-th values lie a row of A apart, and
-// OpenBLAS's packing wins there.
-inline bool tiled_gemm_fits(bool trans_a, std::size_t M, std::size_t N, std::size_t K) {
-  return !trans_a && K <= 1024 && N <= 1024 && M * N * K <= (std::size_t(1) << 25);
+// on the AVX2 one (one call, 1 thread; docs/PERFORMANCE.md, eighth round). Longer K (chunked)
+// and a transposed A (the weight gradients: read in place, its k-th values lie a row of A
+// apart) stay on BLAS, whose packing wins there.
+inline bool tiled_gemm_fits(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K) {
+  return !trans_a && K <= 256 && N <= 1024 && (!trans_b || M >= 128) && M * N * K <= (std::size_t(1) << 25);
 }
 // Row stride of a packed panel with rows of n elements: n rounded up to 16, plus 16, so that
 // rows of a power-of-two length (512 floats: 2 KiB) do not all map to the same few L1 sets.

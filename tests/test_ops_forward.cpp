@@ -868,7 +868,7 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
   };
   // K > 128 runs in chunks of 128 (raw sums carried over: the same bits)
   const Case cases[] = {{64, 100, 70}, {13, 17, 5}, {9, 64, 33}, {70, 16, 64}, {1, 1, 1}, {31, 29, 32},
-                        {40, 50, 300}, {9, 33, 129}};
+                        {40, 50, 300}, {9, 33, 129}, {130, 40, 70}};
   std::vector<std::vector<float>> first_path;  // per case and transpose: the first fused path's C
   for (CpuPath path : supported_cpu_paths()) {
     set_cpu_path(path);
@@ -910,12 +910,14 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
           BOOST_TEST(wrong1 == 0u);
           BOOST_TEST(alone == 0u);
           BOOST_TEST(half_product_within_bound(A, lda, ta, B, ldb, false, M, N, K, block));
-          if (M <= detail::kSmallGemmMax && N <= detail::kSmallGemmMax && K <= detail::kSmallGemmMax) {
-            std::vector<float> small(M * N);
-            detail::gemm<float>(ta, false, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0f, small.data(), N);
-            BOOST_TEST((small == block));
+          const bool small = M <= detail::kSmallGemmMax && N <= detail::kSmallGemmMax && K <= detail::kSmallGemmMax;
+          if (small) {
+            std::vector<float> y_small(M * N);
+            detail::gemm<float>(ta, false, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0f, y_small.data(), N);
+            BOOST_TEST((y_small == block));
           }
-          if (!ta) {  // gemm<float> with a transposed B (N, K): packed, then the same kernels
+          if (!ta && (small || detail::tiled_gemm_fits(false, true, M, N, K))) {
+            // gemm<float> with a transposed B (N, K): packed, then the same kernels
             const std::size_t ldt = K + 1;
             std::vector<float> Bt(N * ldt), y_nt(M * N);
             for (std::size_t k = 0; k < K; ++k)
