@@ -68,7 +68,7 @@ void small_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::s
 // with gemm's conventions otherwise (op(A) M x K, row stride lda; beta 0 never reads C; only
 // C's M x N block is written, only Bk's N columns read). Each element of C is the same bits
 // as small_gemm's for the same row of op(A) and column of op(B), on the AVX-512 and AVX2
-// paths alike. A transposed B (N, K) is first laid out as rows by pack_transposed.
+// paths alike. A transposed B (N, K) is first laid out as rows by transpose(N, K, B, ...).
 void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                 std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc);
 // gemm<float> of mid size with op(A) not transposed and K <= 256 runs tiled_gemm (a transposed
@@ -84,8 +84,6 @@ inline bool tiled_gemm_fits(bool trans_a, bool trans_b, std::size_t M, std::size
 // Row stride of a packed panel with rows of n elements: n rounded up to 16, plus 16, so that
 // rows of a power-of-two length (512 floats: 2 KiB) do not all map to the same few L1 sets.
 constexpr std::size_t panel_stride(std::size_t n) { return (n + 15) / 16 * 16 + 16; }
-// panel (K, N), row stride N: panel[k * N + j] = B[j * ldb + k], for B (N, K) with row stride ldb.
-void pack_transposed(std::size_t N, std::size_t K, const float* B, std::size_t ldb, float* panel);
 // dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols (float32, vectorised).
 void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t lds, float* dst, std::size_t ldd);
 

@@ -12,7 +12,7 @@
 // or against D columns with K = S (P V): OpenBLAS re-packs both operands on every call, ran
 // these at 57-88 GFLOP/s on an AVX-512 Xeon against 176 for one large product, and packing was
 // 20% of the large MHA layer's time. tiled_gemm reads op(B) as rows; a transposed B is packed
-// into that layout once per head by the caller (pack_transposed).
+// into that layout once per head by the caller (transpose).
 //
 //   C (M, N) = alpha op(A) Bk + beta C       op(A) (M, K), Bk (K, N) = op(B) as rows (ldb)
 //   for each tile of R rows i and W columns j (micro-kernel tile_*; W a multiple of the
@@ -205,20 +205,20 @@ XGRAD_TARGET_AVX2 void tile_avx2(const TileArgs& t) {
 }
 #undef XGRAD_UNROLL
 #undef XGRAD_ROUNDED
+#endif
 
-// Products of at most 32 rows: 4 x 16 tiles (fewer rows of a tail tile wasted). Larger ones: as
-// many accumulators as the registers hold (AVX-512 8 x 32: 16 of 32 zmm; AVX2 6 x 16: 12 of 16
-// ymm), 16 columns when N <= 16.
-const Tiling kSmall_avx512{tile_avx512<4, 1>, 4, 16}, kSmall_avx2{tile_avx2<4, 2>, 4, 16};
-const Tiling kLarge_avx512{tile_avx512<8, 2>, 8, 32}, kNarrow_avx512{tile_avx512<8, 1>, 8, 16},
-    kLarge_avx2{tile_avx2<6, 2>, 6, 16};
-#endif
-const Tiling kSmall_baseline{tile_baseline<4, 16>, 4, 16};
-const Tiling& kLarge_baseline = kSmall_baseline;
-const Tiling& kNarrow_baseline = kSmall_baseline;
+// A path's tiles. small: products of at most 32 rows and small_gemm, 4 x 16 (fewer rows of a
+// tail tile wasted); large: as many accumulators as the registers hold (AVX-512 8 x 32: 16 of 32
+// zmm; AVX2 6 x 16: 12 of 16 ymm); narrow: the same for N <= 16.
+struct Tilings {
+  Tiling small, narrow, large;
+};
 #ifdef XGRAD_TILED_GEMM_X86
-const Tiling& kNarrow_avx2 = kLarge_avx2;
+const Tilings kTilings_avx512{{tile_avx512<4, 1>, 4, 16}, {tile_avx512<8, 1>, 8, 16}, {tile_avx512<8, 2>, 8, 32}};
+const Tilings kTilings_avx2{{tile_avx2<4, 2>, 4, 16}, {tile_avx2<6, 2>, 6, 16}, {tile_avx2<6, 2>, 6, 16}};
 #endif
+const Tilings kTilings_baseline{{tile_baseline<4, 16>, 4, 16}, {tile_baseline<4, 16>, 4, 16},
+                                {tile_baseline<4, 16>, 4, 16}};
 
 // k in chunks of kChunk when K > kChunk: a chunk's rows of op(B) for one column block
 // (kChunk x W floats, 8 or 16 KiB) then stay in L1 while every row tile reads them.
@@ -293,25 +293,20 @@ void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t
   XGRAD_ISA_SELECT(transpose)(rows, cols, src, lds, dst, ldd);
 }
 
-void pack_transposed(std::size_t N, std::size_t K, const float* B, std::size_t ldb, float* panel) {
-  transpose(N, K, B, ldb, panel, N);
-}
-
 void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                 std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc) {
   if (M == 0 || N == 0) return;
   // (the bits do not depend on the tiling: each element is the same function either way)
-  const Tiling& t = M <= kSmallGemmMax ? XGRAD_ISA_SELECT(kSmall)
-                    : N <= 16          ? XGRAD_ISA_SELECT(kNarrow)
-                                       : XGRAD_ISA_SELECT(kLarge);
-  run_tiles(t, trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc);
+  const Tilings& t = XGRAD_ISA_SELECT(kTilings);
+  run_tiles(M <= kSmallGemmMax ? t.small : N <= 16 ? t.narrow : t.large, trans_a, M, N, K, alpha, A, lda, Bk, ldb,
+            beta, C, ldc);
 }
 
 void small_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                 std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc) {
   alignas(64) float panel[kSmallGemmMax * kSmallGemmMax];  // (K, N) = B^T for a transposed B
-  if (trans_b) pack_transposed(N, K, B, ldb, panel);
-  run_tiles(XGRAD_ISA_SELECT(kSmall), trans_a, M, N, K, alpha, A, lda, trans_b ? panel : B, trans_b ? N : ldb, beta,
+  if (trans_b) transpose(N, K, B, ldb, panel, N);
+  run_tiles(XGRAD_ISA_SELECT(kTilings).small, trans_a, M, N, K, alpha, A, lda, trans_b ? panel : B, trans_b ? N : ldb, beta,
             C, ldc);
 }
 
