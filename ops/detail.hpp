@@ -77,8 +77,16 @@ void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float
 // model's and the MHA benchmarks' linear shapes 10-35% faster on the AVX-512 path, -3% to +7%
 // on the AVX2 one (one call, 1 thread; docs/PERFORMANCE.md, eighth round). Longer K (chunked)
 // and a transposed A (the weight gradients: read in place, its k-th values lie a row of A
-// apart) stay on BLAS, whose packing wins there.
+// apart) stay on BLAS, whose packing wins there against its AVX-512 kernels.
+// Where xgrad runs its AVX-512 path while OpenBLAS runs kernels of 256 bits or less
+// (own_kernels_wider_than_blas: OPENBLAS_CORETYPE pins Haswell or Zen on an AVX-512 CPU, as the
+// environment of the AMD EPYC Zen 5 machines here does, or OpenBLAS does not know the CPU), the
+// 8 x 32 tiles are 1.5-1.9x faster than OpenBLAS at every shape of the MHA projections, a
+// transposed A read in place included (docs/PERFORMANCE.md, ninth round): every product runs
+// here then but a transposed B under 128 rows.
+bool own_kernels_wider_than_blas();
 inline bool tiled_gemm_fits(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K) {
+  if (own_kernels_wider_than_blas()) return !trans_b || M >= 128;
   return !trans_a && K <= 256 && N <= 1024 && (!trans_b || M >= 128) && M * N * K <= (std::size_t(1) << 25);
 }
 // Row stride of a packed panel with rows of n elements: n rounded up to 16, plus 16, so that

@@ -866,12 +866,16 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
   struct Case {
     std::size_t M, N, K;
   };
-  // K > 128 runs in chunks of 128 (raw sums carried over: the same bits)
+  // K > 128 runs in chunks of 128 (raw sums carried over: the same bits); M > 256 in row panels
   const Case cases[] = {{64, 100, 70}, {13, 17, 5}, {9, 64, 33}, {70, 16, 64}, {1, 1, 1}, {31, 29, 32},
-                        {40, 50, 300}, {9, 33, 129}, {130, 40, 70}};
+                        {40, 50, 300}, {9, 33, 129}, {130, 40, 70}, {300, 40, 300}};
   std::vector<std::vector<float>> first_path;  // per case and transpose: the first fused path's C
   for (CpuPath path : supported_cpu_paths()) {
     set_cpu_path(path);
+    // the wide routing: only the AVX-512 path outruns OpenBLAS's 256-bit (Haswell, Zen) kernels
+    const std::string core = runtime_info().blas_core;
+    if (path != CpuPath::Avx512 || core == "SkylakeX" || core == "Cooperlake") BOOST_TEST(!detail::own_kernels_wider_than_blas());
+    if (path == CpuPath::Avx512 && (core == "Haswell" || core == "Zen")) BOOST_TEST(detail::own_kernels_wider_than_blas());
     std::size_t run = 0;
     for (const Case& cs : cases)
       for (int ta = 0; ta < 2; ++ta, ++run) {
@@ -911,18 +915,21 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
           BOOST_TEST(alone == 0u);
           BOOST_TEST(half_product_within_bound(A, lda, ta, B, ldb, false, M, N, K, block));
           const bool small = M <= detail::kSmallGemmMax && N <= detail::kSmallGemmMax && K <= detail::kSmallGemmMax;
-          if (small) {
-            std::vector<float> y_small(M * N);
-            detail::gemm<float>(ta, false, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0f, y_small.data(), N);
-            BOOST_TEST((y_small == block));
+          // gemm<float> where it runs these kernels (small_gemm, or tiled_gemm_fits: on this path
+          // and OpenBLAS kernel family; every product but a short NT one where OpenBLAS's kernels
+          // are narrower than the AVX-512 path's, test-matrix.sh's OPENBLAS_CORETYPE=Haswell)
+          if (small || detail::tiled_gemm_fits(ta, false, M, N, K)) {
+            std::vector<float> y_nn(M * N);
+            detail::gemm<float>(ta, false, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0f, y_nn.data(), N);
+            BOOST_TEST((y_nn == block));
           }
-          if (!ta && (small || detail::tiled_gemm_fits(false, true, M, N, K))) {
+          if (small || detail::tiled_gemm_fits(ta, true, M, N, K)) {
             // gemm<float> with a transposed B (N, K): packed, then the same kernels
             const std::size_t ldt = K + 1;
             std::vector<float> Bt(N * ldt), y_nt(M * N);
             for (std::size_t k = 0; k < K; ++k)
               for (std::size_t j = 0; j < N; ++j) Bt[j * ldt + k] = B[k * ldb + j];
-            detail::gemm<float>(false, true, M, N, K, alpha, A.data(), lda, Bt.data(), ldt, 0.0f, y_nt.data(), N);
+            detail::gemm<float>(ta, true, M, N, K, alpha, A.data(), lda, Bt.data(), ldt, 0.0f, y_nt.data(), N);
             BOOST_TEST((y_nt == block));
           }
           if (path == CpuPath::Baseline) continue;  // the fused paths: the same bits
