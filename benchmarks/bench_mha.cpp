@@ -15,6 +15,9 @@
 //   BM_cblas_mha_projections/<cfg>  the in- and out-projection GEMMs of that alone (forward and
 //                        backward, one cblas call each): what no attention kernel can remove
 //                        (counter GFLOP: their 24 B T E^2 only).
+//   BM_xgrad_mha_projections/<cfg>  the same six products through xgrad's float32 GEMM
+//                        (detail::gemm<float>: OpenBLAS, or xgrad's own kernels where
+//                        tiled_gemm_fits, ops/detail.hpp)
 //   BM_train_step_reverse  one training step of the `reverse` example's default model
 //                        (benchmarks/reverse_step.hpp; compare with torch_mha.py's train_step),
 //                        which skips the padding positions (TransformerConfig::skip_padding)
@@ -53,6 +56,7 @@
 #include "bench_common.hpp"
 
 #include "reverse_step.hpp"
+#include "xgrad/ops/detail.hpp"
 #include "xgrad/xgrad.hpp"
 
 namespace {
@@ -121,9 +125,10 @@ void BM_cblas_sgemm_ref(benchmark::State& state, int threads) {
   state.counters["threads"] = threads;
 }
 
-// Every GEMM of the MHA layer, forward and backward, raw cblas with strided head slices and
-// preallocated outputs (the GEMM floor of BM_mha; no softmax, no bias).
-void BM_cblas_mha_gemms(benchmark::State& state, MhaConfig c, bool heads) {
+// Every GEMM of the MHA layer, forward and backward, raw cblas (or xgrad's gemm<float>, with
+// `xgrad_gemm`) with strided head slices and preallocated outputs (the GEMM floor of BM_mha; no
+// softmax, no bias).
+void BM_cblas_mha_gemms(benchmark::State& state, MhaConfig c, bool heads, bool xgrad_gemm) {
   const int B = int(c.B), T = int(c.T), S = int(c.T), E = int(c.E), H = int(c.H), D = E / H;
   const int N = B * T, E3 = 3 * E;
   const auto sz = [](long n) { return std::size_t(n); };
@@ -134,9 +139,13 @@ void BM_cblas_mha_gemms(benchmark::State& state, MhaConfig c, bool heads) {
                      dctx(sz(N) * E), dwout(sz(E) * E), dp(sz(T) * S), dqkv(sz(N) * E3),
                      dx(sz(N) * E), dwin(sz(E3) * E);
   for (float& v : p) v = 1.0f / float(S);
-  const auto gemm = [](CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float* a, int lda,
-                       const float* b, int ldb, float* out, int ldc) {
-    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, out, ldc);
+  const auto gemm = [xgrad_gemm](CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float* a,
+                                 int lda, const float* b, int ldb, float* out, int ldc) {
+    if (xgrad_gemm)
+      xgrad::detail::gemm<float>(ta == CblasTrans, tb == CblasTrans, std::size_t(m), std::size_t(n), std::size_t(k),
+                                 1.0f, a, std::size_t(lda), b, std::size_t(ldb), 0.0f, out, std::size_t(ldc));
+    else
+      cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, out, ldc);
   };
   const auto NT = CblasNoTrans, TR = CblasTrans;
   for (auto _ : state) {
@@ -210,12 +219,18 @@ int main(int argc, char** argv) {
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   for (const MhaConfig& c : kConfigs)
-    benchmark::RegisterBenchmark((std::string("BM_cblas_mha_gemms/") + c.name).c_str(), BM_cblas_mha_gemms, c, true)
+    benchmark::RegisterBenchmark((std::string("BM_cblas_mha_gemms/") + c.name).c_str(), BM_cblas_mha_gemms, c, true,
+                                 false)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   for (const MhaConfig& c : kConfigs)
     benchmark::RegisterBenchmark((std::string("BM_cblas_mha_projections/") + c.name).c_str(), BM_cblas_mha_gemms, c,
-                                 false)
+                                 false, false)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  for (const MhaConfig& c : kConfigs)
+    benchmark::RegisterBenchmark((std::string("BM_xgrad_mha_projections/") + c.name).c_str(), BM_cblas_mha_gemms, c,
+                                 false, true)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_train_step_reverse", BM_train_step_reverse, true)
