@@ -83,10 +83,13 @@ void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float
 // environment of the AMD EPYC Zen 5 machines here does, or OpenBLAS does not know the CPU), the
 // 8 x 32 tiles are 1.5-1.9x faster than OpenBLAS at every shape of the MHA projections, a
 // transposed A read in place included (docs/PERFORMANCE.md, ninth round): every product runs
-// here then but a transposed B under 128 rows.
+// here then but a transposed B under 128 rows, and but those whose scratch would be large: N
+// over 8,192 columns (the k-chunk sums of a 256-row panel: 256 N floats, <= 8 MiB), or a
+// transposed B of over 2^22 elements (its packed copy: <= 16 MiB), such as a vocabulary head.
 bool own_kernels_wider_than_blas();
 inline bool tiled_gemm_fits(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K) {
-  if (own_kernels_wider_than_blas()) return !trans_b || M >= 128;
+  if (own_kernels_wider_than_blas())
+    return N <= 8192 && (!trans_b || (M >= 128 && N * K <= (std::size_t(1) << 22)));
   return !trans_a && K <= 256 && N <= 1024 && (!trans_b || M >= 128) && M * N * K <= (std::size_t(1) << 25);
 }
 // Row stride of a packed panel with rows of n elements: n rounded up to 16, plus 16, so that
