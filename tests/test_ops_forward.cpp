@@ -866,9 +866,11 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
   struct Case {
     std::size_t M, N, K;
   };
-  // K > 128 runs in chunks of 128 (raw sums carried over: the same bits); M > 256 in row panels
-  const Case cases[] = {{64, 100, 70}, {13, 17, 5}, {9, 64, 33}, {70, 16, 64}, {1, 1, 1}, {31, 29, 32},
-                        {40, 50, 300}, {9, 33, 129}, {130, 40, 70}, {300, 40, 300}};
+  // K > 128 runs in chunks of 128 (raw sums carried over: the same bits); M > 256 in row panels;
+  // the last two: gemm<float> cuts them into 2 row blocks and 3 column blocks
+  const Case cases[] = {{64, 100, 70},  {13, 17, 5},    {9, 64, 33},   {70, 16, 64},  {1, 1, 1},   {31, 29, 32},
+                        {40, 50, 300},  {9, 33, 129},   {130, 40, 70}, {300, 40, 300}, {600, 120, 256},
+                        {130, 1000, 200}};
   std::vector<std::vector<float>> first_path;  // per case and transpose: the first fused path's C
   for (CpuPath path : supported_cpu_paths()) {
     set_cpu_path(path);
