@@ -128,7 +128,7 @@ void BM_cblas_sgemm_ref(benchmark::State& state, int threads) {
 // Every GEMM of the MHA layer, forward and backward, raw cblas (or xgrad's gemm<float>, with
 // `xgrad_gemm`) with strided head slices and preallocated outputs (the GEMM floor of BM_mha; no
 // softmax, no bias).
-void BM_cblas_mha_gemms(benchmark::State& state, MhaConfig c, bool heads, bool xgrad_gemm) {
+void BM_mha_gemms(benchmark::State& state, MhaConfig c, bool heads, bool xgrad_gemm) {
   const int B = int(c.B), T = int(c.T), S = int(c.T), E = int(c.E), H = int(c.H), D = E / H;
   const int N = B * T, E3 = 3 * E;
   const auto sz = [](long n) { return std::size_t(n); };
@@ -219,17 +219,17 @@ int main(int argc, char** argv) {
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   for (const MhaConfig& c : kConfigs)
-    benchmark::RegisterBenchmark((std::string("BM_cblas_mha_gemms/") + c.name).c_str(), BM_cblas_mha_gemms, c, true,
+    benchmark::RegisterBenchmark((std::string("BM_cblas_mha_gemms/") + c.name).c_str(), BM_mha_gemms, c, true,
                                  false)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   for (const MhaConfig& c : kConfigs)
-    benchmark::RegisterBenchmark((std::string("BM_cblas_mha_projections/") + c.name).c_str(), BM_cblas_mha_gemms, c,
+    benchmark::RegisterBenchmark((std::string("BM_cblas_mha_projections/") + c.name).c_str(), BM_mha_gemms, c,
                                  false, false)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   for (const MhaConfig& c : kConfigs)
-    benchmark::RegisterBenchmark((std::string("BM_xgrad_mha_projections/") + c.name).c_str(), BM_cblas_mha_gemms, c,
+    benchmark::RegisterBenchmark((std::string("BM_xgrad_mha_projections/") + c.name).c_str(), BM_mha_gemms, c,
                                  false, true)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);

@@ -2,7 +2,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <cctype>
 #include <memory>
 #include <string>
 
@@ -10,20 +9,16 @@
 #include "xgrad/framework/runtime.hpp"
 #include "xgrad/ops/detail.hpp"
 
-// Weak: null with a BLAS other than OpenBLAS.
-extern "C" __attribute__((weak)) char* openblas_get_corename(void);
-
 namespace xgrad::detail {
 
 // OpenBLAS's kernel family is fixed at load (its CPU detection, or OPENBLAS_CORETYPE); xgrad's
-// CPU path may change (set_cpu_path), so only the former is cached.
+// CPU path may change (set_cpu_path), so only the former is cached. Another BLAS ("not
+// OpenBLAS"): its kernels are unknown, so it keeps its products.
 bool own_kernels_wider_than_blas() {
   static const bool blas_narrower = [] {
-    if (!openblas_get_corename) return false;  // another BLAS: its kernels are unknown, keep it
-    std::string core = openblas_get_corename();
-    for (char& ch : core) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-    for (const char* avx512 : {"skylakex", "cooperlake", "sapphirerapids"})
-      if (core.find(avx512) != std::string::npos) return false;
+    const std::string core = runtime_info().blas_core;
+    for (const char* keep : {"SkylakeX", "Cooperlake", "SapphireRapids", "not OpenBLAS"})
+      if (core == keep) return false;
     return true;
   }();
   return blas_narrower && cpu_path() == CpuPath::Avx512;
