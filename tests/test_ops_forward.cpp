@@ -851,6 +851,34 @@ BOOST_AUTO_TEST_CASE(small_float32_gemm_writes_its_block_only_and_reads_c_only_f
   set_cpu_path(before);
 }
 
+// detail::transpose (16 x 16 AVX-512 and 8 x 8 AVX2 register blocks, scalar edges): exact on
+// every path, strided on both sides, writes the (cols, rows) block of dst and nothing else.
+BOOST_AUTO_TEST_CASE(float32_transpose_exact_on_every_cpu_path) {
+  const CpuPath before = cpu_path();
+  constexpr float kSentinel = -7.25f;
+  const std::array<std::array<std::size_t, 2>, 9> shapes{
+      {{1, 1}, {16, 16}, {8, 8}, {17, 33}, {40, 70}, {3, 48}, {64, 5}, {32, 48}, {129, 100}}};
+  for (CpuPath path : supported_cpu_paths()) {
+    set_cpu_path(path);
+    for (const auto& rc : shapes) {
+      const std::size_t rows = rc[0], cols = rc[1], lds = cols + 3, ldd = rows + 5;
+      std::vector<float> src(rows * lds), dst(cols * ldd + 4, kSentinel);
+      for (std::size_t i = 0; i < src.size(); ++i) src[i] = float(i) * 0.5f - 3.0f;  // exact in float32
+      detail::transpose(rows, cols, src.data(), lds, dst.data(), ldd);
+      std::size_t wrong = 0, outside = 0;
+      for (std::size_t j = 0; j < cols; ++j)
+        for (std::size_t i = 0; i < ldd; ++i)
+          (i < rows ? wrong : outside) += dst[j * ldd + i] != (i < rows ? src[i * lds + j] : kSentinel);
+      for (std::size_t k = cols * ldd; k < dst.size(); ++k) outside += dst[k] != kSentinel;
+      BOOST_TEST_CONTEXT(cpu_path_name(path) << " rows " << rows << " cols " << cols) {
+        BOOST_TEST(wrong == 0u);
+        BOOST_TEST(outside == 0u);
+      }
+    }
+  }
+  set_cpu_path(before);
+}
+
 // xgrad's own GEMM at attention's and mid-sized linear layers' sizes (detail::tiled_gemm:
 // 8 x 32 AVX-512, 6 x 16 AVX2 and 4 x 16 baseline tiles, op(B) read as rows; gemm<float> with a
 // transposed B packs it and runs the same), with strided operands and B sized exactly (a
