@@ -23,6 +23,7 @@
 
 #include "bench_common.hpp"
 
+#include "xgrad/ops/detail.hpp"
 #include "xgrad/xgrad.hpp"
 
 namespace {
@@ -235,10 +236,25 @@ void sizes(benchmark::internal::Benchmark* b) {
   b->Arg(64)->Arg(256)->Arg(1024)->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 
+// detail::transpose (rows, cols) -> (cols, rows), both dense: the packed B^T of xgrad's GEMM
+// (1536 x 512: the in-projection weight) and attention's K^T / V^T panels (2048 x 64); on the
+// CPU path XGRAD_CPU_PATH picks.
+void BM_transpose(benchmark::State& state) {
+  const auto rows = std::size_t(state.range(0)), cols = std::size_t(state.range(1));
+  std::vector<float> src(rows * cols, 1.0f), dst(rows * cols);
+  for (auto _ : state) {
+    xgrad::detail::transpose(rows, cols, src.data(), cols, dst.data(), rows);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(std::int64_t(state.iterations()) * std::int64_t(2 * rows * cols * sizeof(float)));
+}
+
 BENCHMARK(BM_xgrad_matmul)->Apply(sizes);
 BENCHMARK(BM_cblas_sgemm)->Apply(sizes);
 BENCHMARK(BM_cblas_sgemm_offset)->Arg(0)->Arg(16)->Arg(32)->Arg(48)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cblas_sgemm_c_offset)->DenseRange(0, 4032, 64)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_transpose)->Args({1536, 512})->Args({512, 512})->Args({2048, 64})->Args({64, 2048})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_make_output_tensor)->Arg(4)->Arg(64)->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_make_tensor_from_array)->Arg(4)->Arg(64)->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_xgrad_matmul)->Arg(4)->UseRealTime()->Unit(benchmark::kNanosecond);

@@ -304,7 +304,7 @@ XGRAD_TARGET_AVX512 void transpose_avx512(std::size_t rows, std::size_t cols, co
       __m512 r[16], t[16];
       for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(s + i * lds);
       for (int i = 0; i < 16; i += 2) t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-      // r[4g + c], lane L: rows 4g .. 4g + 3 of column 4L + c
+      // after this r[g + c] (g = 0, 4, 8, 12), lane L: rows g .. g + 3 of column 4L + c
       for (int g = 0; g < 16; g += 4) {
         r[g] = _mm512_shuffle_ps(t[g], t[g + 2], _MM_SHUFFLE(1, 0, 1, 0));
         r[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], _MM_SHUFFLE(3, 2, 3, 2));
