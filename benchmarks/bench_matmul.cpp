@@ -250,11 +250,35 @@ void BM_transpose(benchmark::State& state) {
   state.SetBytesProcessed(std::int64_t(state.iterations()) * std::int64_t(2 * rows * cols * sizeof(float)));
 }
 
+// detail::tiled_gemm on one attention head of the reverse model's training step (T = S = D =
+// 16, E = 64: Q, K, V as strided columns of packed qkv, row stride 3E = 192), the six products
+// of its forward and backward in turn: scores Q K^T and dP = dO V^T (K^T, V^T packed, ld 16),
+// O = P V and dQ = dS K (ld 192), dV^T = dO^T P and dK^T = Q^T dS (op(A) transposed).
+// 6 x 16^3 multiply-adds per iteration; on the CPU path XGRAD_CPU_PATH picks.
+void BM_head_gemms(benchmark::State& state) {
+  constexpr std::size_t L = 16, E3 = 192;
+  std::vector<float> qkv(L * E3, 0.5f), kt(L * L, 0.25f), p(L * L, 0.125f), out(L * L), g(L * L);
+  for (auto _ : state) {
+    using xgrad::detail::tiled_gemm;
+    tiled_gemm(false, L, L, L, 0.25f, qkv.data(), E3, kt.data(), L, 0.0f, out.data(), L);        // Q K^T
+    tiled_gemm(false, L, L, L, 1.0f, p.data(), L, qkv.data() + 128, E3, 0.0f, out.data(), L);     // P V
+    tiled_gemm(true, L, L, L, 1.0f, qkv.data(), E3, p.data(), L, 1.0f, g.data(), L);             // dV^T
+    tiled_gemm(false, L, L, L, 1.0f, qkv.data(), E3, kt.data(), L, 0.0f, g.data(), L);           // dP
+    tiled_gemm(false, L, L, L, 0.25f, g.data(), L, qkv.data() + 64, E3, 0.0f, out.data(), L);     // dQ
+    tiled_gemm(true, L, L, L, 0.25f, qkv.data(), E3, g.data(), L, 1.0f, p.data(), L);            // dK^T
+    benchmark::DoNotOptimize(out.data());
+    benchmark::DoNotOptimize(g.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(std::int64_t(state.iterations()) * 6);
+}
+
 BENCHMARK(BM_xgrad_matmul)->Apply(sizes);
 BENCHMARK(BM_cblas_sgemm)->Apply(sizes);
 BENCHMARK(BM_cblas_sgemm_offset)->Arg(0)->Arg(16)->Arg(32)->Arg(48)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cblas_sgemm_c_offset)->DenseRange(0, 4032, 64)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_transpose)->Args({1536, 512})->Args({512, 512})->Args({2048, 64})->Args({64, 2048})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_head_gemms)->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_make_output_tensor)->Arg(4)->Arg(64)->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_make_tensor_from_array)->Arg(4)->Arg(64)->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_xgrad_matmul)->Arg(4)->UseRealTime()->Unit(benchmark::kNanosecond);
