@@ -151,7 +151,9 @@ XGRAD_FASTMATH_INLINE T row_max(const T* x, std::size_t n) {
   for (; j + kLanes <= n; j += kLanes)
     for (std::size_t l = 0; l < kLanes; ++l) acc[l] = acc[l] < x[j + l] ? x[j + l] : acc[l];
   for (; j < n; ++j) acc[0] = acc[0] < x[j] ? x[j] : acc[0];
-  return *std::max_element(acc, acc + kLanes);
+  for (std::size_t w = kLanes / 2; w > 0; w /= 2)  // lanes halved in turn: a few vector steps
+    for (std::size_t l = 0; l < w; ++l) acc[l] = acc[l] < acc[l + w] ? acc[l + w] : acc[l];
+  return acc[0];
 }
 
 // e^d for a shifted score d <= 0. float32: fastmath's vectorised exp (<= 1.5 ulp), with d < -87
@@ -169,7 +171,9 @@ XGRAD_FASTMATH_INLINE float exp_shifted<float>(float d) {
   return fastmath::impl::select(low, 0.0f, fastmath::fast_expf(fastmath::impl::select(low, kLow, d)));
 }
 
-// x[j] = exp(x[j] - mx); returns the sum (vectorised inside softmax_rows' float32 variants).
+// x[j] = exp(x[j] - mx); returns the sum (vectorised inside softmax_rows' float32 variants):
+// element j is added into lane j mod kLanes, then the lanes in order (for n <= kLanes, the
+// elements in order: the sum the composite softmax of need_weights forms).
 static_assert(kLanes == 16, "exp_shifted_sum's vector prefix is fastmath::vector_prefix (multiples of 16)");
 template <class T>
 XGRAD_FASTMATH_INLINE T exp_shifted_sum(T* x, std::size_t n, T mx) {
@@ -177,7 +181,7 @@ XGRAD_FASTMATH_INLINE T exp_shifted_sum(T* x, std::size_t n, T mx) {
   const std::size_t m = fastmath::vector_prefix(n);
   for (std::size_t j = 0; j < m; j += kLanes)
     for (std::size_t l = 0; l < kLanes; ++l) acc[l] += (x[j + l] = exp_shifted(x[j + l] - mx));
-  for (std::size_t j = m; j < n; ++j) acc[0] += (x[j] = exp_shifted(x[j] - mx));
+  for (std::size_t j = m; j < n; ++j) acc[j - m] += (x[j] = exp_shifted(x[j] - mx));
   T total = 0;
   for (std::size_t l = 0; l < kLanes; ++l) total += acc[l];
   return total;
@@ -209,6 +213,14 @@ XGRAD_FASTMATH_INLINE std::size_t visible_keys(const MaskView<T>& m, std::size_t
   return m.causal ? std::min(c, i + 1) : c;
 }
 
+// n rounded up to whole blocks of kLanes. softmax_rows and probs_rows run every row of n
+// visible keys over padded(n) elements, the ones past n set to -inf first (e^-inf = 0
+// exactly, so the max, the lane sums and the probabilities are those of the n keys): whole
+// vectors on the AVX2 and AVX-512 paths instead of a scalar loop for rows shorter than 16
+// keys (padded batches, the first rows of a causal block). A row's storage (row stride ldx)
+// holds padded(c) elements: ldx is panel_stride(c) or panel_stride(S).
+constexpr std::size_t padded(std::size_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
+
 // Query rows [r0, r1) of head (b, h), row i at X + (i - r0) * c: on entry the scaled scores of
 // keys [0, c); on return the probabilities (0 for masked keys and the causal future), and
 // the row statistics stats[2 (i - r0)] = max, stats[2 (i - r0) + 1] = 1 / sum (-inf and 0
@@ -228,17 +240,18 @@ XGRAD_FASTMATH_INLINE void softmax_rows_impl(T* X, std::size_t ldx, std::size_t 
     T mx[kGroup], total[kGroup];
     for (std::size_t i = g0; i < g1; ++i) {
       T* x = X + (i - r0) * ldx;
-      const std::size_t n = visible_keys(m, i, c);
+      const std::size_t n = visible_keys(m, i, c), np = padded(n);
       mask_row(x, i, n, b, h, S, m);
-      std::fill(x + n, x + c, T(0));
-      mx[i - g0] = row_max(x, n);
+      std::fill(x + std::min(np, c), x + c, T(0));
+      std::fill(x + n, x + np, ninf);
+      mx[i - g0] = row_max(x, np);
     }
     for (std::size_t i = g0; i < g1; ++i) {
       T* x = X + (i - r0) * ldx;
       if (mx[i - g0] == ninf)  // nothing visible: P = 0, never exp(-inf - -inf) = NaN
-        std::fill(x, x + visible_keys(m, i, c), T(0));
+        std::fill(x, x + padded(visible_keys(m, i, c)), T(0));
       else
-        total[i - g0] = exp_shifted_sum(x, visible_keys(m, i, c), mx[i - g0]);
+        total[i - g0] = exp_shifted_sum(x, padded(visible_keys(m, i, c)), mx[i - g0]);
     }
     for (std::size_t i = g0; i < g1; ++i) {
       T* st = stats + 2 * (i - r0);
@@ -247,7 +260,7 @@ XGRAD_FASTMATH_INLINE void softmax_rows_impl(T* X, std::size_t ldx, std::size_t 
       st[0] = mx[i - g0];
       T* x = X + (i - r0) * ldx;
       const T inv = st[1] = T(1) / total[i - g0];
-      for (std::size_t j = 0, n = visible_keys(m, i, c); j < n; ++j) x[j] *= inv;
+      for (std::size_t j = 0, np = padded(visible_keys(m, i, c)); j < np; ++j) x[j] *= inv;
     }
   }
 }
@@ -268,10 +281,10 @@ XGRAD_FASTMATH_INLINE void probs_rows_impl(T* X, std::size_t ldx, std::size_t r0
       continue;
     }
     mask_row(x, i, n, b, h, S, m);
-    const std::size_t v = fastmath::vector_prefix(n);
-    for (std::size_t j = 0; j < v; ++j) x[j] = exp_shifted(x[j] - mx) * inv;
-    for (std::size_t j = v; j < n; ++j) x[j] = exp_shifted(x[j] - mx) * inv;
-    std::fill(x + n, x + c, T(0));
+    const std::size_t np = padded(n);
+    std::fill(x + n, x + np, ninf);
+    for (std::size_t j = 0; j < np; ++j) x[j] = exp_shifted(x[j] - mx) * inv;
+    std::fill(x + std::min(np, c), x + c, T(0));
   }
 }
 
