@@ -52,16 +52,19 @@ constexpr std::size_t kBlockAlign = 16;  // block lengths: multiples of the kern
 
 template <class T>
 void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
-          const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
+          const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc,
+          const T* bias) {
   if (M == 0 || N == 0) return;
-  if (K == 0) {  // an empty sum: C = beta C
+  if (K == 0) {  // an empty sum: C = beta C (or bias)
     for (std::size_t i = 0; i < M; ++i)
-      for (std::size_t j = 0; j < N; ++j) C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
+      for (std::size_t j = 0; j < N; ++j)
+        C[i * ldc + j] = bias ? bias[j] : beta == T(0) ? T(0) : beta * C[i * ldc + j];
     return;
   }
   blas_single_thread();  // also before the small path: any xgrad GEMM leaves OpenBLAS single-threaded (documented)
   if constexpr (std::is_same_v<T, float>)
-    if (small_gemm_fits(M, N, K)) return small_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (small_gemm_fits(M, N, K))
+      return small_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
   // Mid-sized float32 products run xgrad's own micro-kernels (tiled_gemm), op(B) as rows: B
   // itself, or B^T packed once here. Their results do not depend on the blocks below at all.
   const T* Bk = B;
@@ -78,33 +81,36 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
         Bk = panel.get();
       }
     }
-  const auto one = [&](std::size_t m, std::size_t n, const T* a, const T* b, const T* bk, T* c) {
+  // A block's rows of C, columns [n0, n0 + n): BLAS gets bias copied into them and beta 1.
+  const auto one = [&](std::size_t m, std::size_t n, const T* a, const T* b, const T* bk, T* c, std::size_t n0) {
     if constexpr (std::is_same_v<T, float>)
-      if (tiled) return tiled_gemm(trans_a, m, n, K, alpha, a, lda, bk, ldk, beta, c, ldc);
-    gemm_one_call(trans_a, trans_b, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc);
+      if (tiled) return tiled_gemm(trans_a, m, n, K, alpha, a, lda, bk, ldk, beta, c, ldc, bias ? bias + n0 : nullptr);
+    if (bias)
+      for (std::size_t i = 0; i < m; ++i) std::copy_n(bias + n0, n, c + i * ldc);
+    gemm_one_call(trans_a, trans_b, m, n, K, alpha, a, lda, b, ldb, bias ? T(1) : beta, c, ldc);
   };
   // Rows [m0, m1) of C need rows [m0, m1) of op(A) only; columns [n0, n1), columns of op(B) only.
   const bool by_rows = M >= N;
   const std::size_t len = by_rows ? M : N;
   const std::size_t blocks = std::clamp<std::size_t>(std::min(len / kMinBlock, M * N * K / kMinBlockWork), 1, kMaxBlocks);
-  if (blocks == 1) return one(M, N, A, B, Bk, C);
+  if (blocks == 1) return one(M, N, A, B, Bk, C, 0);
   const std::size_t step = (len / blocks + kBlockAlign - 1) / kBlockAlign * kBlockAlign;
   const std::size_t count = (len + step - 1) / step;
   parallel_for(count, step * (by_rows ? N : M) * K, [&](std::size_t begin, std::size_t end) {
     for (std::size_t blk = begin; blk < end; ++blk) {
       const std::size_t lo = blk * step, n = std::min(len, lo + step) - lo;
       if (by_rows)
-        one(n, N, trans_a ? A + lo : A + lo * lda, B, Bk, C + lo * ldc);
+        one(n, N, trans_a ? A + lo : A + lo * lda, B, Bk, C + lo * ldc, 0);
       else
-        one(M, n, A, trans_b ? B + lo * ldb : B + lo, Bk + lo, C + lo);
+        one(M, n, A, trans_b ? B + lo * ldb : B + lo, Bk + lo, C + lo, lo);
     }
   });
 }
 
 template void gemm<float>(bool, bool, std::size_t, std::size_t, std::size_t, float, const float*,
-                          std::size_t, const float*, std::size_t, float, float*, std::size_t);
+                          std::size_t, const float*, std::size_t, float, float*, std::size_t, const float*);
 template void gemm<double>(bool, bool, std::size_t, std::size_t, std::size_t, double, const double*,
-                           std::size_t, const double*, std::size_t, double, double*, std::size_t);
+                           std::size_t, const double*, std::size_t, double, double*, std::size_t, const double*);
 
 void parallel_chunks(std::size_t n, const std::function<void(std::size_t, std::size_t)>& f) {
   constexpr std::size_t kChunk = 4096;

@@ -50,9 +50,13 @@ std::vector<std::size_t> contiguous_strides(const Shape& shape);
 // does nothing with a BLAS that is not OpenBLAS (defined in framework/runtime.cpp).
 void blas_single_thread();
 
+// With a row bias (N elements; beta must be 0): C = alpha op(A) op(B) + bias, bias_j added to
+// every row, each element the rounded product plus bias_j, as bias copied into C and beta 1
+// give (xgrad's own kernels add it in their epilogue; BLAS gets the copy).
 template <class T>
 void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
-          const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc);
+          const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc,
+          const T* bias = nullptr);
 
 // gemm<float> with every dimension <= kSmallGemmMax runs small_gemm (ops/tiled_gemm.cpp): the
 // same contract, without BLAS's per-call cost, which is most of the time of such a product.
@@ -61,7 +65,8 @@ inline bool small_gemm_fits(std::size_t M, std::size_t N, std::size_t K) {
   return M <= kSmallGemmMax && N <= kSmallGemmMax && K <= kSmallGemmMax;
 }
 void small_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
-                std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc);
+                std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc,
+                const float* bias = nullptr);
 
 // xgrad's own float32 GEMM, any size (ops/tiled_gemm.cpp; attention's per-head products):
 //   C (M, N) = alpha op(A) Bk + beta C      Bk (K, N): op(B) as rows, row k at Bk + k * ldb
@@ -70,7 +75,8 @@ void small_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::s
 // as small_gemm's for the same row of op(A) and column of op(B), on the AVX-512 and AVX2
 // paths alike. A transposed B (N, K) is first laid out as rows by transpose(N, K, B, ...).
 void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
-                std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc);
+                std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc,
+                const float* bias = nullptr);
 // gemm<float> of mid size with op(A) not transposed and K <= 256 runs tiled_gemm (a transposed
 // B packed once per call, then only for M >= 128 rows, where the packing is cheap against the
 // product) instead of OpenBLAS, which packs both operands on every call: at the reverse

@@ -9,11 +9,12 @@ namespace xgrad {
 
 namespace {
 
-// C (M x N, contiguous) = op(A) op(B) + beta C, op(A): M x K, op(B): K x N, contiguous.
+// C (M x N, contiguous) = op(A) op(B) + beta C (or + bias, a row of N), op(A): M x K,
+// op(B): K x N, contiguous.
 template <class T>
 void gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, const T* A,
-          const T* B, T beta, T* C) {
-  detail::gemm<T>(ta, tb, M, N, K, T(1), A, ta ? M : K, B, tb ? K : N, beta, C, N);
+          const T* B, T beta, T* C, const T* bias = nullptr) {
+  detail::gemm<T>(ta, tb, M, N, K, T(1), A, ta ? M : K, B, tb ? K : N, beta, C, N, bias);
 }
 
 // Batched product of rank >= 2 operands; see matmul() for shapes.
@@ -163,15 +164,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
     using T = decltype(zero);
     Tensor yv = empty_tensor<T>(ys, "linear");
     T* py = fresh_value<T>(yv).data();
-    T beta = T(0);
-    if (bias.defined()) {
-      const T* pb = value<T>(bias).data();
-      parallel_for(N, out, [&](std::size_t lo, std::size_t hi) {  // rows
-        for (std::size_t r = lo; r < hi; ++r) std::copy_n(pb, out, py + r * out);
-      });
-      beta = T(1);
-    }
-    gemm<T>(false, true, N, out, in, value<T>(x).data(), value<T>(w).data(), beta, py);
+    gemm<T>(false, true, N, out, in, value<T>(x).data(), value<T>(w).data(), T(0), py,
+            bias.defined() ? value<T>(bias).data() : nullptr);
     return yv;
   });
   std::vector<Tensor> inputs{x, w};

@@ -20,6 +20,8 @@
 //   vector width; column tails read and write through masks, never past column N):
 //     acc_ij = sum_{k = 0 .. K-1} a_ik b_kj        in order of k, one multiply-add per k
 //     C_ij   = alpha acc_ij (+ beta C_ij if beta != 0; C is never read for beta 0)
+//     C_ij   = alpha acc_ij + bias_j            with a row bias (beta 0; linear's bias, fused
+//              here instead of copied into C first: the same roundings as that copy and beta 1)
 //   the micro-kernel writes C itself: its rows and columns inside C only, products alpha acc
 //   and beta C each rounded, then their sum; rows in panels of 256, each panel's K > 128 in
 //   chunks of 128 k (run_tiles), the raw acc carried from one chunk to the next through a scratch
@@ -50,6 +52,7 @@ constexpr std::size_t kMaxRows = 8;  // rows of the largest tile
 //   acc_rl = sum_k a[r][k * ka] b[k * ldb + l]     in order of k; b: cols readable columns a row
 //   c_rl   = alpha acc_rl                          beta == 0: C is not read
 //   c_rl   = alpha acc_rl + beta c_rl              beta != 0: both products rounded, then the sum
+//   c_rl   = alpha acc_rl + bias[l]                bias given (beta 0): the product rounded, then the sum
 // A product with a long K runs in chunks of k (run_tiles): then acc starts from the R x W
 // floats at partial (row stride ldp) unless first, and unless last ends there, raw, instead of
 // in C. A float32 sum carried on from its stored value is the same chain of roundings, so the
@@ -65,6 +68,7 @@ struct TileArgs {
   float* partial;
   std::size_t ldp;
   bool first, last;
+  const float* bias;  // the tile's first column's bias, or nullptr
 };
 using Tile = void (*)(const TileArgs& t);
 struct Tiling {
@@ -89,7 +93,9 @@ void tile_baseline(const TileArgs& t) {
   }
   float* c = t.c;
   for (std::size_t r = 0; r < t.rows; ++r, c += t.ldc)
-    if (t.beta == 0.0f)
+    if (t.bias)
+      for (std::size_t l = 0; l < t.cols; ++l) c[l] = t.alpha * acc[r][l] + t.bias[l];
+    else if (t.beta == 0.0f)
       for (std::size_t l = 0; l < t.cols; ++l) c[l] = t.alpha * acc[r][l];
     else
       for (std::size_t l = 0; l < t.cols; ++l) c[l] = t.alpha * acc[r][l] + t.beta * c[l];
@@ -130,12 +136,18 @@ XGRAD_TARGET_AVX512 inline __attribute__((always_inline)) void tile_avx512_body(
     return;
   }
   const __m512 va = _mm512_set1_ps(t.alpha), vb = _mm512_set1_ps(t.beta);
+  __m512 bias[V];
+  if (t.bias)
+    XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) bias[v] = _mm512_maskz_loadu_ps(m[v], t.bias + 16 * v);
   XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {
     if (r >= t.rows) break;
     float* cr = t.c + r * t.ldc;
     XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) {
       __m512 y = _mm512_mul_ps(va, acc[r][v]);
-      if (t.beta != 0.0f) {
+      if (t.bias) {
+        XGRAD_ROUNDED(y);
+        y = _mm512_add_ps(y, bias[v]);
+      } else if (t.beta != 0.0f) {
         __m512 z = _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m[v], cr + 16 * v));
         XGRAD_ROUNDED(y);
         XGRAD_ROUNDED(z);
@@ -183,12 +195,18 @@ XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_avx2_body(cons
     return;
   }
   const __m256 va = _mm256_set1_ps(t.alpha), vb = _mm256_set1_ps(t.beta);
+  __m256 bias[V];
+  if (t.bias)
+    XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) bias[v] = _mm256_maskload_ps(t.bias + 8 * v, m[v]);
   XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {
     if (r >= t.rows) break;
     float* cr = t.c + r * t.ldc;
     XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) {
       __m256 y = _mm256_mul_ps(va, acc[r][v]);
-      if (t.beta != 0.0f) {
+      if (t.bias) {
+        XGRAD_ROUNDED(y);
+        y = _mm256_add_ps(y, bias[v]);
+      } else if (t.beta != 0.0f) {
         __m256 z = _mm256_mul_ps(vb, Masked ? _mm256_maskload_ps(cr + 8 * v, m[v]) : _mm256_loadu_ps(cr + 8 * v));
         XGRAD_ROUNDED(y);
         XGRAD_ROUNDED(z);
@@ -234,7 +252,7 @@ constexpr std::size_t kPanelRows = 256;
 // tile reads them.
 void run_tiles(const Tiling& tl, bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha,
                const float* A, std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C,
-               std::size_t ldc) {
+               std::size_t ldc, const float* bias) {
   const std::size_t R = tl.rows, W = tl.cols;
   const std::size_t ra = trans_a ? 1 : lda, ka = trans_a ? lda : 1;  // a_ik = A[i * ra + k * ka]
   const bool chunked = K > kChunk;
@@ -252,7 +270,7 @@ void run_tiles(const Tiling& tl, bool trans_a, std::size_t M, std::size_t N, std
           for (std::size_t r = 0; r < R; ++r) a[r] = A + std::min(i0 + r, M - 1) * ra + k0 * ka;  // a tail repeats row M - 1
           const TileArgs t{a,   ka,   Bk + k0 * ldb + j0, ldb, kn, alpha, beta, C + i0 * ldc + j0, ldc,
                            std::min(R, M - i0), std::min(W, N - j0), chunked ? partial.get() + (i0 - p0) * ldp + j0 : nullptr,
-                           ldp, k0 == 0, k0 + kn >= K};
+                           ldp, k0 == 0, k0 + kn >= K, bias ? bias + j0 : nullptr};
           tl.tile(t);
         }
     }
@@ -334,20 +352,22 @@ void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t
 }
 
 void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
-                std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc) {
+                std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc,
+                const float* bias) {
   if (M == 0 || N == 0) return;
   // (the bits do not depend on the tiling: each element is the same function either way)
   const Tilings& t = XGRAD_ISA_SELECT(kTilings);
   run_tiles(M <= kSmallGemmMax ? t.small : N <= 16 ? t.narrow : t.large, trans_a, M, N, K, alpha, A, lda, Bk, ldb,
-            beta, C, ldc);
+            beta, C, ldc, bias);
 }
 
 void small_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
-                std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc) {
+                std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc,
+                const float* bias) {
   alignas(64) float panel[kSmallGemmMax * kSmallGemmMax];  // (K, N) = B^T for a transposed B
   if (trans_b) transpose(N, K, B, ldb, panel, N);
   run_tiles(XGRAD_ISA_SELECT(kTilings).small, trans_a, M, N, K, alpha, A, lda, trans_b ? panel : B, trans_b ? N : ldb, beta,
-            C, ldc);
+            C, ldc, bias);
 }
 
 }  // namespace xgrad::detail

@@ -971,6 +971,60 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
   set_cpu_path(before);
 }
 
+// gemm with a row bias (linear's bias, added in xgrad's kernels' epilogue rather than copied
+// into C first): on every CPU path, every route (small_gemm, tiled_gemm, BLAS; row and
+// column blocks; k chunks; column tails; K = 0) the same bits as bias copied into C with
+// beta 1, the old way and BLAS's still; C outside its M x N block untouched. And linear(x, w, b)
+// is exactly matmul(x, w^T) + b where xgrad's own kernels run the product (one rounding each).
+BOOST_AUTO_TEST_CASE(float32_gemm_row_bias_equals_bias_copied_with_beta_one) {
+  const CpuPath before = cpu_path();
+  constexpr float kSentinel = -99.5f;
+  struct Case {
+    std::size_t M, N, K;
+  };
+  // small; tiled with column tails and k chunks; 2 row blocks; column blocks (N > M); K = 0;
+  // K > 256 (BLAS unless the wide routing)
+  const Case cases[] = {{5, 7, 3},      {32, 32, 32},   {130, 37, 70},  {200, 100, 200}, {1024, 40, 256},
+                        {128, 2048, 64}, {64, 2048, 300}, {9, 12, 0},    {300, 70, 300}};
+  for (CpuPath path : supported_cpu_paths()) {
+    set_cpu_path(path);
+    for (const Case& cs : cases)
+      for (int tb = 0; tb < 2; ++tb) {
+        const std::size_t M = cs.M, N = cs.N, K = cs.K, lda = K + 3, ldb = (tb ? K : N) + 2, ldc = N + 5;
+        const Vec av = round32(vals(M * lda, 61)), bv = round32(vals((tb ? N : std::max<std::size_t>(K, 1)) * ldb, 62)),
+                  biasv = round32(vals(N, 63));
+        const std::vector<float> A(av.begin(), av.end()), B(bv.begin(), bv.end()), bias(biasv.begin(), biasv.end());
+        std::vector<float> fused((M + 1) * ldc, kSentinel), copied((M + 1) * ldc, kSentinel);
+        for (std::size_t i = 0; i < M; ++i) std::copy_n(bias.data(), N, copied.data() + i * ldc);
+        const float alpha = 0.75f;
+        detail::gemm<float>(false, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0f, fused.data(), ldc,
+                            bias.data());
+        detail::gemm<float>(false, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, 1.0f, copied.data(), ldc);
+        BOOST_TEST_CONTEXT(cpu_path_name(path) << " M " << M << " N " << N << " K " << K << " tb " << tb) {
+          std::size_t differ = 0;
+          for (std::size_t i = 0; i < fused.size(); ++i)
+            differ += !(fused[i] == copied[i]);  // copied's sentinels outside the block: untouched both
+          BOOST_TEST(differ == 0u);
+          BOOST_TEST(fused[M * ldc] == kSentinel);
+        }
+      }
+    // linear = matmul(x, w^T) + b bit for bit on xgrad's own kernels (small and tiled routes)
+    for (const auto& xw : std::vector<std::array<std::size_t, 3>>{{{6, 9, 20}}, {{300, 64, 37}}, {{130, 200, 100}}}) {
+      const std::size_t n = xw[0], in = xw[1], out = xw[2];
+      if (!(n <= detail::kSmallGemmMax && in <= detail::kSmallGemmMax && out <= detail::kSmallGemmMax) &&
+          !detail::tiled_gemm_fits(false, true, n, out, in))
+        continue;
+      Rng rng(64);
+      const Tensor x = randn({n, in}, rng, DType::Float32), w = randn({out, in}, rng, DType::Float32),
+                   b = randn({out}, rng, DType::Float32);
+      BOOST_TEST_CONTEXT(cpu_path_name(path) << " linear x (" << n << ", " << in << ") w (" << out << ", " << in << ")") {
+        BOOST_TEST((linear(x, w, b).to_vector() == add(matmul(x, w, false, true), b).to_vector()));
+      }
+    }
+  }
+  set_cpu_path(before);
+}
+
 // detail::transpose (the panels of attention's heads): exact, 8 x 8 register blocks and every
 // edge, strided source and destination, on every CPU path; nothing outside the block written.
 BOOST_AUTO_TEST_CASE(float32_transpose_on_every_cpu_path) {
