@@ -218,8 +218,7 @@ XGRAD_FASTMATH_INLINE std::size_t visible_keys(const MaskView<T>& m, std::size_t
 // exactly, so the max, the lane sums and the probabilities are those of the n keys): whole
 // vectors on the AVX2 and AVX-512 paths instead of a scalar loop for rows shorter than 16
 // keys (padded batches, the first rows of a causal block). A row's storage (row stride ldx)
-// holds padded(c) elements (ldx is panel_stride(c) or panel_stride(S)); on return P is 0
-// through padded(c), where softmax_grad_rows reads it.
+// holds padded(c) elements: ldx is panel_stride(c) or panel_stride(S).
 constexpr std::size_t padded(std::size_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
 // Query rows [r0, r1) of head (b, h), row i at X + (i - r0) * c: on entry the scaled scores of
@@ -243,7 +242,7 @@ XGRAD_FASTMATH_INLINE void softmax_rows_impl(T* X, std::size_t ldx, std::size_t 
       T* x = X + (i - r0) * ldx;
       const std::size_t n = visible_keys(m, i, c), np = padded(n);
       mask_row(x, i, n, b, h, S, m);
-      std::fill(x + std::min(np, c), x + padded(c), T(0));
+      std::fill(x + std::min(np, c), x + c, T(0));
       std::fill(x + n, x + np, ninf);
       mx[i - g0] = row_max(x, np);
     }
@@ -278,31 +277,27 @@ XGRAD_FASTMATH_INLINE void probs_rows_impl(T* X, std::size_t ldx, std::size_t r0
     const std::size_t n = visible_keys(m, i, c);
     const T mx = stats[2 * (i - r0)], inv = stats[2 * (i - r0) + 1];
     if (mx == ninf) {
-      std::fill(x, x + padded(c), T(0));
+      std::fill(x, x + c, T(0));
       continue;
     }
     mask_row(x, i, n, b, h, S, m);
     const std::size_t np = padded(n);
     std::fill(x + n, x + np, ninf);
     for (std::size_t j = 0; j < np; ++j) x[j] = exp_shifted(x[j] - mx) * inv;
-    std::fill(x + np, x + padded(c), T(0));
+    std::fill(x + std::min(np, c), x + c, T(0));
   }
 }
 
 // Softmax backward in place over r rows of c keys (P's row stride ldp, G's ldg):
-// g = p * (g - rowsum(g * p)). Over padded(c) elements, G's past c set to 0 first and P's 0
-// there (softmax_rows, probs_rows): the padding adds 0 * 0 to lane_sum's lanes (the sum is
-// the same bits as over c) and leaves G 0 there.
+// g = p * (g - rowsum(g * p)).
 template <class T>
 XGRAD_FASTMATH_INLINE void softmax_grad_rows_impl(const T* P, std::size_t ldp, T* G, std::size_t ldg, std::size_t r,
                                                   std::size_t c) {
-  const std::size_t cp = padded(c);
   for (std::size_t i = 0; i < r; ++i) {
     const T* p = P + i * ldp;
     T* g = G + i * ldg;
-    std::fill(g + c, g + cp, T(0));
-    const T dot = detail::lane_sum<T, kLanes>(cp, [g, p](std::size_t j) { return g[j] * p[j]; });
-    for (std::size_t j = 0; j < cp; ++j) g[j] = p[j] * (g[j] - dot);
+    const T dot = detail::lane_sum<T, kLanes>(c, [g, p](std::size_t j) { return g[j] * p[j]; });
+    for (std::size_t j = 0; j < c; ++j) g[j] = p[j] * (g[j] - dot);
   }
 }
 
