@@ -226,14 +226,18 @@ XGRAD_TARGET_AVX2 void tile_avx2(const TileArgs& t) {
 #undef XGRAD_ROUNDED
 #endif
 
-// A path's tiles. small: products of at most 32 rows and small_gemm, 4 x 16 (fewer rows of a
-// tail tile wasted); large: as many accumulators as the registers hold (AVX-512 8 x 32: 16 of 32
-// zmm; AVX2 6 x 16: 12 of 16 ymm); narrow: the same for N <= 16.
+// A path's tiles. small: products of at most 32 rows and small_gemm, 16 columns and few rows
+// (fewer rows of a tail tile wasted), yet 8 accumulators (AVX-512 8 x 16, AVX2 4 x 16): with
+// K = 16 a tile is a chain of 16 dependent multiply-adds per accumulator, and 4 of them left
+// the FMA units idle half the time (the reverse model's six 16 x 16 x 16 head products,
+// BM_head_gemms: 612 ns with AVX-512 4 x 16 tiles, 519 with 8 x 16); large: as many
+// accumulators as the registers hold (AVX-512 8 x 32: 16 of 32 zmm; AVX2 6 x 16: 12 of 16
+// ymm); narrow: the same for N <= 16.
 struct Tilings {
   Tiling small, narrow, large;
 };
 #ifdef XGRAD_TILED_GEMM_X86
-const Tilings kTilings_avx512{{tile_avx512<4, 1>, 4, 16}, {tile_avx512<8, 1>, 8, 16}, {tile_avx512<8, 2>, 8, 32}};
+const Tilings kTilings_avx512{{tile_avx512<8, 1>, 8, 16}, {tile_avx512<8, 1>, 8, 16}, {tile_avx512<8, 2>, 8, 32}};
 const Tilings kTilings_avx2{{tile_avx2<4, 2>, 4, 16}, {tile_avx2<6, 2>, 6, 16}, {tile_avx2<6, 2>, 6, 16}};
 #endif
 const Tilings kTilings_baseline{{tile_baseline<4, 16>, 4, 16}, {tile_baseline<4, 16>, 4, 16},
