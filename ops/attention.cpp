@@ -151,8 +151,9 @@ XGRAD_FASTMATH_INLINE T row_max(const T* x, std::size_t n) {
   for (; j + kLanes <= n; j += kLanes)
     for (std::size_t l = 0; l < kLanes; ++l) acc[l] = acc[l] < x[j + l] ? x[j + l] : acc[l];
   for (; j < n; ++j) acc[0] = acc[0] < x[j] ? x[j] : acc[0];
-  // lanes halved in turn, each stage a loop of constant length (vector steps in registers; a
-  // loop over the stage widths left GCC reducing through the stack, store-forwarding stalls)
+  // lanes halved in turn (kLanes == 16, asserted below), each stage a loop of constant length:
+  // GCC keeps them in registers, where one loop over the stage widths made it reduce through
+  // the stack (store-forwarding stalls)
   const auto fold = [&acc](std::size_t l, std::size_t w) { acc[l] = acc[l] < acc[l + w] ? acc[l + w] : acc[l]; };
   for (std::size_t l = 0; l < 8; ++l) fold(l, 8);
   for (std::size_t l = 0; l < 4; ++l) fold(l, 4);
