@@ -141,17 +141,18 @@ std::size_t query_end(const Dims& d, const MaskView<T>& m, std::size_t b) {
 
 // Row helpers written over kLanes independent accumulators so that the compiler
 // vectorises them without -ffast-math (a single accumulator is a serial dependency).
+// row_max and exp_shifted_sum take whole blocks (n a multiple of kLanes: the padded rows of
+// softmax_rows), so they have no scalar remainder loop.
 constexpr std::size_t kLanes = 16;
+static_assert(kLanes == 16, "row_max's folding stages assume 16 lanes");
 
 template <class T>
 XGRAD_FASTMATH_INLINE T row_max(const T* x, std::size_t n) {
   T acc[kLanes];
   std::fill_n(acc, kLanes, -std::numeric_limits<T>::infinity());
-  std::size_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
+  for (std::size_t j = 0; j < n; j += kLanes)
     for (std::size_t l = 0; l < kLanes; ++l) acc[l] = acc[l] < x[j + l] ? x[j + l] : acc[l];
-  for (; j < n; ++j) acc[0] = acc[0] < x[j] ? x[j] : acc[0];
-  // lanes halved in turn (kLanes == 16, asserted below), each stage a loop of constant length:
+  // lanes halved in turn, each stage a loop of constant length:
   // GCC keeps them in registers, where one loop over the stage widths made it reduce through
   // the stack (store-forwarding stalls)
   const auto fold = [&acc](std::size_t l, std::size_t w) { acc[l] = acc[l] < acc[l + w] ? acc[l + w] : acc[l]; };
@@ -178,16 +179,13 @@ XGRAD_FASTMATH_INLINE float exp_shifted<float>(float d) {
 }
 
 // x[j] = exp(x[j] - mx); returns the sum (vectorised inside softmax_rows' float32 variants):
-// element j is added into lane j mod kLanes, then the lanes in order (for n <= kLanes, the
-// elements in order: the sum the composite softmax of need_weights forms).
-static_assert(kLanes == 16, "exp_shifted_sum's vector prefix is fastmath::vector_prefix (multiples of 16)");
+// element j is added into lane j mod kLanes, then the lanes in order (for a row of at most
+// kLanes keys, the elements in order: the sum the composite softmax of need_weights forms).
 template <class T>
 XGRAD_FASTMATH_INLINE T exp_shifted_sum(T* x, std::size_t n, T mx) {
   T acc[kLanes] = {};
-  const std::size_t m = fastmath::vector_prefix(n);
-  for (std::size_t j = 0; j < m; j += kLanes)
+  for (std::size_t j = 0; j < n; j += kLanes)
     for (std::size_t l = 0; l < kLanes; ++l) acc[l] += (x[j + l] = exp_shifted(x[j + l] - mx));
-  for (std::size_t j = m; j < n; ++j) acc[j - m] += (x[j] = exp_shifted(x[j] - mx));
   T total = 0;
   for (std::size_t l = 0; l < kLanes; ++l) total += acc[l];
   return total;

@@ -1,5 +1,4 @@
 // matmul and linear on cblas_{s,d}gemm.
-#include "xgrad/framework/parallel.hpp"
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/matmul.hpp"
 #include "xgrad/ops/reduce.hpp"
