@@ -15,14 +15,18 @@ namespace xgrad {
 namespace {
 
 // out (shape K, zero-filled) += x (shape X) where K[d] is X[d] or 1.
+// A row summed into one element (a loss's sum or mean, a sum over the last axis) goes into
+// kSumLanes independent accumulators (element i into lane i mod kSumLanes, then the lanes in
+// order): vectorised, where one accumulator was a serial chain of dependent adds (0.8 ns per
+// element: 0.8 ms for a (4, 512, 512) loss). The order depends on the shape only.
+constexpr std::size_t kSumLanes = 16;
 template <class T> void sum_into(const T* x, const Shape& X, T* out, const Shape& K) {
   detail::for_each_row(X, detail::contiguous_strides(X), detail::broadcast_strides(K, X),
                        [&](std::size_t ox, std::size_t oo, std::size_t, std::size_t n, std::size_t,
                            std::size_t step) {
                          if (step == 0) {
-                           T acc = 0;
-                           for (std::size_t i = 0; i < n; ++i) acc += x[ox + i];
-                           out[oo] += acc;
+                           const T* row = x + ox;
+                           out[oo] += detail::lane_sum<T, kSumLanes>(n, [row](std::size_t i) { return row[i]; });
                          } else {
                            for (std::size_t i = 0; i < n; ++i) out[oo + i] += x[ox + i];
                          }

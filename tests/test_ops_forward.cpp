@@ -385,6 +385,49 @@ BOOST_AUTO_TEST_CASE(sum_float32_and_edge_shapes) {
   BOOST_TEST(allclose(sum(f64({1, 2, 3}, {3}), {0}), {6}));
 }
 
+// A row summed into one element goes into 16 lanes (element i into lane i mod 16, then the
+// lanes in order; ops/reduce.cpp): that order exactly, on every CPU path and thread count, and
+// within the float32 bound of the float64 sum (n * eps * sum|x| for any order of n - 1 adds).
+BOOST_AUTO_TEST_CASE(float32_row_sums_in_sixteen_lanes_exactly) {
+  for (std::size_t n : {1, 15, 16, 17, 100, 4099}) {
+    BOOST_TEST_CONTEXT("row length " << n) {
+      const Vec xv = round32(vals(3 * n, unsigned(n), -3.0, 5.0));
+      std::vector<float> expect(3);
+      std::vector<double> exact(3, 0.0), abs_sum(3, 0.0);
+      for (std::size_t r = 0; r < 3; ++r) {
+        float lane[16] = {};
+        for (std::size_t i = 0; i < n; ++i) {
+          lane[i % 16] += float(xv[r * n + i]);
+          exact[r] += xv[r * n + i];
+          abs_sum[r] += std::abs(xv[r * n + i]);
+        }
+        for (float l : lane) expect[r] += l;
+      }
+      const float all_expect = [&] {  // the whole tensor: one row of 3 n elements
+        float lane[16] = {};
+        for (std::size_t i = 0; i < 3 * n; ++i) lane[i % 16] += float(xv[i]);
+        float s = 0;
+        for (float l : lane) s += l;
+        return s;
+      }();
+      const CpuPath before = cpu_path();
+      for (CpuPath path : supported_cpu_paths())
+        for (int threads : {1, 2})
+          test::with_threads(threads, [&] {
+            set_cpu_path(path);
+            const Tensor rows = sum(f32(xv, {3, n}), {1});
+            const Tensor all = sum(f32(xv, {3, n}));
+            for (std::size_t r = 0; r < 3; ++r) {
+              BOOST_TEST(rows.data<float>()[r] == expect[r]);
+              BOOST_TEST(std::abs(double(rows.data<float>()[r]) - exact[r]) <= double(n) * 1.2e-7 * abs_sum[r]);
+            }
+            BOOST_TEST(all.data<float>()[0] == all_expect);
+          });
+      set_cpu_path(before);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(mean_values) {
   Tensor x = f64({1, 2, 3, 4, 5, 6}, {2, 3});
   BOOST_TEST(sh(mean(x)) == "()");
