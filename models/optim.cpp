@@ -8,6 +8,7 @@
 #include "xgrad/framework/autograd.hpp"
 #include "xgrad/models/attention.hpp"  // decay_groups classifies by module type
 #include "xgrad/models/optim.hpp"
+#include "xgrad/ops/detail.hpp"  // lane_sum
 
 namespace xgrad {
 namespace {
@@ -599,10 +600,13 @@ std::vector<ParamGroup> decay_groups(const Module& model, double weight_decay, c
 // --- clipping and schedule ---------------------------------------------------------------
 
 namespace detail {
+// Element j into lane j mod 16, then the lanes in order (detail::lane_sum): independent adds
+// the compiler vectorises, where one accumulator was a serial chain (1.3% of the reverse
+// model's training step).
 double grad_squared_norm(const Tensor& g) {
   double total = 0;
   auto add = [&](const auto* p) {
-    for (std::size_t j = 0, n = g.numel(); j < n; ++j) total += double(p[j]) * double(p[j]);
+    total = lane_sum<double, 16>(g.numel(), [p](std::size_t j) { return double(p[j]) * double(p[j]); });
   };
   if (is_float(g.dtype()))
     dispatch_float("clip_grad_norm", g.dtype(), [&](auto zero) { add(g.data<decltype(zero)>()); });

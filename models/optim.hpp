@@ -303,7 +303,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 // clip_grad_norm's two pieces, also used by distributed::ZeroOptimizer::clip_grad_norm so that
 // a sharded clip has the unsharded one's bits.
 namespace detail {
-double grad_squared_norm(const Tensor& g);         // sum of g^2 in double, in element order
+double grad_squared_norm(const Tensor& g);         // sum of g^2 in double, in 16 lanes (detail::lane_sum)
 Tensor scaled_grad(const Tensor& g, double coef);  // a new tensor g * T(coef)
 }  // namespace detail
 

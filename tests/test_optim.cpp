@@ -616,6 +616,24 @@ BOOST_AUTO_TEST_CASE(clip_grad_norm_value_and_scaling) {
     }
 }
 
+// The squared norm of a long gradient: element j into lane j mod 16 of double sums, then the
+// lanes in order (models/optim.hpp), that order exactly; clip_grad_norm is its square root.
+BOOST_AUTO_TEST_CASE(clip_grad_norm_sums_squares_in_sixteen_lanes) {
+  for (DType dt : kDTypes)
+    for (std::size_t n : {1, 16, 33, 5003})
+      BOOST_TEST_CONTEXT(dtype_name(dt) << " n " << n) {
+        const auto gv = test::vals(n, unsigned(n) + 7, -3.0, 3.0);
+        Tensor p = zeros({n}, dt).set_requires_grad();
+        p.set_grad(tensor(gv, {n}, dt));
+        const auto stored = p.grad().to_vector();  // as rounded to dt
+        double lane[16] = {}, expect = 0;
+        for (std::size_t j = 0; j < n; ++j) lane[j % 16] += stored[j] * stored[j];
+        for (double l : lane) expect += l;
+        BOOST_TEST(detail::grad_squared_norm(p.grad()) == expect);
+        BOOST_TEST(clip_grad_norm({p}, 1e9) == std::sqrt(expect));
+      }
+}
+
 BOOST_AUTO_TEST_CASE(warmup_cosine_schedule) {
   const double base = 1e-3, lo = 1e-5;
   const double pi = std::acos(-1.0);
