@@ -1,6 +1,7 @@
 // Optimizers (torch.optim rules, foreach=False), gradient clipping, warmup + cosine schedule.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -21,11 +22,20 @@ void require(bool ok, const std::string& op, const std::string& what, double val
   if (!ok) throw_error<ValueError>(op, what, ", got ", value);
 }
 
+// Blocks of 256 checked without an early exit (a loop the compiler vectorises; NaN and +-inf
+// fail |x| <= max), the index searched for only inside a block that has one.
 template <class T> std::size_t first_non_finite(const Tensor& g) {
   const T* d = g.data<T>();
   const std::size_t n = g.numel();
-  for (std::size_t j = 0; j < n; ++j)
-    if (!std::isfinite(d[j])) return j;
+  constexpr std::size_t kBlock = 256;
+  for (std::size_t j0 = 0; j0 < n; j0 += kBlock) {
+    const std::size_t j1 = std::min(n, j0 + kBlock);
+    bool any = false;
+    for (std::size_t j = j0; j < j1; ++j) any |= !(std::abs(d[j]) <= std::numeric_limits<T>::max());
+    if (any)
+      for (std::size_t j = j0; j < j1; ++j)
+        if (!std::isfinite(d[j])) return j;
+  }
   return n;
 }
 

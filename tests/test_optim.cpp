@@ -634,6 +634,27 @@ BOOST_AUTO_TEST_CASE(clip_grad_norm_sums_squares_in_sixteen_lanes) {
       }
 }
 
+// step()'s check for non-finite gradients (blocks of 256) names the first one of a long
+// gradient, in any block, and updates nothing.
+BOOST_AUTO_TEST_CASE(step_names_the_first_non_finite_gradient_element) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType dt : kDTypes)
+    for (const auto& [bad, first] : std::vector<std::pair<std::vector<std::pair<std::size_t, double>>, std::string>>{
+             {{{999, inf}}, "flat index 999"},
+             {{{900, std::nan("")}, {600, -inf}, {601, inf}}, "flat index 600"},
+             {{{256, std::nan("")}}, "flat index 256"},
+             {{{255, -inf}, {256, inf}}, "flat index 255"}})
+      BOOST_TEST_CONTEXT(dtype_name(dt) << " " << first) {
+        Tensor p = zeros({1000}, dt).set_requires_grad();
+        std::vector<double> g(1000, 0.5);
+        for (const auto& [i, v] : bad) g[i] = v;
+        p.set_grad(tensor(g, {1000}, dt));
+        AdamW opt({{"p", p}}, 1e-2);
+        test::expect_error<ValueError>([&] { opt.step(); }, {"AdamW::step", "'p'", first, "nothing was updated"});
+        BOOST_TEST(allclose(p, std::vector<double>(1000, 0.0), 0, 0));
+      }
+}
+
 BOOST_AUTO_TEST_CASE(warmup_cosine_schedule) {
   const double base = 1e-3, lo = 1e-5;
   const double pi = std::acos(-1.0);
