@@ -626,7 +626,7 @@ double grad_squared_norm(const Tensor& g) {
 }
 
 Tensor scaled_grad(const Tensor& g, double coef) {
-  Tensor scaled = zeros(g.shape(), g.dtype());
+  Tensor scaled = empty_tensor(g.dtype(), g.shape(), "clip_grad_norm");  // every element written below
   dispatch_float("clip_grad_norm", g.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* s = g.data<T>();
