@@ -1,9 +1,12 @@
 // Optimizers (torch.optim rules, foreach=False), gradient clipping, warmup + cosine schedule.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <set>
+#include <type_traits>
 
 #include "xgrad/framework/array.hpp"
 #include "xgrad/framework/autograd.hpp"
@@ -22,17 +25,27 @@ void require(bool ok, const std::string& op, const std::string& what, double val
   if (!ok) throw_error<ValueError>(op, what, ", got ", value);
 }
 
-// Blocks of 256 checked without an early exit (a loop the compiler vectorises; NaN and +-inf
-// fail |x| <= max), the index searched for only inside a block that has one.
+// Blocks of 256 checked without an early exit, on the bits (a loop of integer and, add, or
+// that the compiler vectorises; a float compare with NaN in play stays scalar): NaN and +-inf
+// have every exponent bit set, so adding the lowest exponent bit carries into the top bit.
+// The index is searched for only inside a block that has one.
 template <class T> std::size_t first_non_finite(const Tensor& g) {
+  using U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  static_assert(sizeof(U) == sizeof(T) && std::numeric_limits<T>::is_iec559);
+  constexpr int kMantissa = std::numeric_limits<T>::digits - 1;  // 23, 52
+  constexpr U kLowExp = U(1) << kMantissa, kTop = U(1) << (8 * sizeof(U) - 1), kExp = kTop - kLowExp;
   const T* d = g.data<T>();
   const std::size_t n = g.numel();
   constexpr std::size_t kBlock = 256;
   for (std::size_t j0 = 0; j0 < n; j0 += kBlock) {
     const std::size_t j1 = std::min(n, j0 + kBlock);
-    bool any = false;
-    for (std::size_t j = j0; j < j1; ++j) any |= !(std::abs(d[j]) <= std::numeric_limits<T>::max());
-    if (any)
+    U any = 0;
+    for (std::size_t j = j0; j < j1; ++j) {
+      U u;
+      std::memcpy(&u, d + j, sizeof u);
+      any |= (u & kExp) + kLowExp;
+    }
+    if (any & kTop)
       for (std::size_t j = j0; j < j1; ++j)
         if (!std::isfinite(d[j])) return j;
   }
