@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -146,12 +147,28 @@ std::size_t query_end(const Dims& d, const MaskView<T>& m, std::size_t b) {
 constexpr std::size_t kLanes = 16;
 static_assert(kLanes == 16, "row_max's folding stages assume 16 lanes");
 
+// The kLanes lanes as 16-byte GCC vectors (four of float, eight of double): lane-wise compare
+// and select, native on every path (xmm; a vector wider than the target's registers GCC splits
+// into scalars), where the element-wise loop over an array of lanes stayed scalar (16 loads and
+// maxss per 16 keys on every path).
+template <class T> struct LaneVector;
+template <> struct LaneVector<float> { typedef float type __attribute__((vector_size(16))); };
+template <> struct LaneVector<double> { typedef double type __attribute__((vector_size(16))); };
+
 template <class T>
 XGRAD_FASTMATH_INLINE T row_max(const T* x, std::size_t n) {
-  T acc[kLanes];
-  std::fill_n(acc, kLanes, -std::numeric_limits<T>::infinity());
+  using V = typename LaneVector<T>::type;
+  constexpr std::size_t kPer = sizeof(V) / sizeof(T), kVectors = kLanes / kPer;
+  V lanes[kVectors];  // lane l is element l % kPer of lanes[l / kPer]
+  for (V& v : lanes) v = V{} - std::numeric_limits<T>::infinity();
   for (std::size_t j = 0; j < n; j += kLanes)
-    for (std::size_t l = 0; l < kLanes; ++l) acc[l] = acc[l] < x[j + l] ? x[j + l] : acc[l];
+    for (std::size_t q = 0; q < kVectors; ++q) {  // lane l: max over x[j + l], as an array of lanes would
+      V v;
+      std::memcpy(&v, x + j + q * kPer, sizeof v);
+      lanes[q] = lanes[q] < v ? v : lanes[q];
+    }
+  T acc[kLanes];
+  std::memcpy(acc, lanes, sizeof acc);
   // lanes halved in turn, each stage a loop of constant length:
   // GCC keeps them in registers, where one loop over the stage widths made it reduce through
   // the stack (store-forwarding stalls)
