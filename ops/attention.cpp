@@ -208,6 +208,15 @@ XGRAD_FASTMATH_INLINE T exp_shifted_sum(T* x, std::size_t n, T mx) {
   return total;
 }
 
+// -inf where masked, else x. float32 as a bit-mask select: GCC turned `masked ? -inf : x` into
+// a conditional store (a branch per key, mispredicted on padding) that no loop vectorises.
+template <class T>
+XGRAD_FASTMATH_INLINE T masked_score(bool masked, T x) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  if constexpr (std::is_same_v<T, float>) return fastmath::impl::select(masked, ninf, x);
+  else return masked ? ninf : x;
+}
+
 // Bool and additive masks of row i (query i of head (b, h)) applied to its first n scores x.
 template <class T>
 XGRAD_FASTMATH_INLINE void mask_row(T* x, std::size_t i, std::size_t n, std::size_t b, std::size_t h, std::size_t S,
@@ -219,11 +228,11 @@ XGRAD_FASTMATH_INLINE void mask_row(T* x, std::size_t i, std::size_t n, std::siz
   }
   if (m.mask) {
     const bool* mr = m.mask + b * m.ms[0] + h * m.ms[1] + i * m.ms[2];
-    for (std::size_t j = 0; j < n; ++j) x[j] = mr[j * m.ms[3]] ? ninf : x[j];
+    for (std::size_t j = 0; j < n; ++j) x[j] = masked_score(mr[j * m.ms[3]], x[j]);
   }
   if (m.padding) {
     const bool* pr = m.padding + b * S;
-    for (std::size_t j = 0; j < n; ++j) x[j] = pr[j] ? ninf : x[j];
+    for (std::size_t j = 0; j < n; ++j) x[j] = masked_score(pr[j], x[j]);
     if (m.skip_queries && pr[i]) std::fill(x, x + n, ninf);  // a padding query sees nothing
   }
 }
