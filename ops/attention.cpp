@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -152,8 +153,14 @@ static_assert(kLanes == 16, "row_max's folding stages assume 16 lanes");
 // into scalars), where the element-wise loop over an array of lanes stayed scalar (16 loads and
 // maxss per 16 keys on every path).
 template <class T> struct LaneVector;
-template <> struct LaneVector<float> { typedef float type __attribute__((vector_size(16))); };
-template <> struct LaneVector<double> { typedef double type __attribute__((vector_size(16))); };
+template <> struct LaneVector<float> {
+  typedef float type __attribute__((vector_size(16)));
+  typedef std::int32_t mask __attribute__((vector_size(16)));  // a lane-wise condition
+};
+template <> struct LaneVector<double> {
+  typedef double type __attribute__((vector_size(16)));
+  typedef std::int64_t mask __attribute__((vector_size(16)));
+};
 
 template <class T>
 XGRAD_FASTMATH_INLINE T row_max(const T* x, std::size_t n) {
@@ -208,33 +215,48 @@ XGRAD_FASTMATH_INLINE T exp_shifted_sum(T* x, std::size_t n, T mx) {
   return total;
 }
 
-// -inf where masked, else x. float32 as a bit-mask select: GCC turned `masked ? -inf : x` into
-// a conditional store (a branch per key, mispredicted on padding) that no loop vectorises.
-template <class T>
-XGRAD_FASTMATH_INLINE T masked_score(bool masked, T x) {
-  const T ninf = -std::numeric_limits<T>::infinity();
-  if constexpr (std::is_same_v<T, float>) return fastmath::impl::select(masked, ninf, x);
-  else return masked ? ninf : x;
+// x[j] = -inf for j in [n, np) and where masked(j) for j < n (masked is only asked about keys
+// below n), over the 16-byte vectors from j0 (a multiple of their width) to np (a multiple of
+// kLanes): a lane-wise select and a whole-vector store each. Key by key, GCC made
+// `masked ? -inf : x` a conditional store (a branch per key, mispredicted on padding), and
+// scalar stores (std::fill's too) stall the row max's vector loads that read them back
+// (store forwarding). Lanes past n may hold anything (the causal future, or storage no GEMM
+// wrote): they are selected away, never branched on.
+template <class T, class Masked>
+XGRAD_FASTMATH_INLINE void mask_keys(T* x, std::size_t j0, std::size_t n, std::size_t np, Masked masked) {
+  using V = typename LaneVector<T>::type;
+  using M = typename LaneVector<T>::mask;
+  constexpr std::size_t kPer = sizeof(V) / sizeof(T);
+  const V ninf = V{} - std::numeric_limits<T>::infinity();
+  for (std::size_t j = j0; j < np; j += kPer) {
+    V v;
+    std::memcpy(&v, x + j, sizeof v);
+    M hit{};
+    for (std::size_t l = 0; l < kPer; ++l) hit[l] = (j + l >= n || masked(j + l)) ? -1 : 0;
+    v = hit != 0 ? ninf : v;
+    std::memcpy(x + j, &v, sizeof v);
+  }
 }
 
-// Bool and additive masks of row i (query i of head (b, h)) applied to its first n scores x.
+// Row i (query i of head (b, h)), its first n scores x visible, storage for np = padded(n):
+// the additive and bool masks applied to the n, and x[j] = -inf for j in [n, np).
 template <class T>
-XGRAD_FASTMATH_INLINE void mask_row(T* x, std::size_t i, std::size_t n, std::size_t b, std::size_t h, std::size_t S,
-                                    const MaskView<T>& m) {
-  const T ninf = -std::numeric_limits<T>::infinity();
+XGRAD_FASTMATH_INLINE void mask_row(T* x, std::size_t i, std::size_t n, std::size_t np, std::size_t b, std::size_t h,
+                                    std::size_t S, const MaskView<T>& m) {
+  constexpr std::size_t kPer = sizeof(typename LaneVector<T>::type) / sizeof(T);
   if (m.add) {
     const T* ar = m.add + b * m.as[0] + h * m.as[1] + i * m.as[2];
     for (std::size_t j = 0; j < n; ++j) x[j] += ar[j * m.as[3]];
   }
-  if (m.mask) {
-    const bool* mr = m.mask + b * m.ms[0] + h * m.ms[1] + i * m.ms[2];
-    for (std::size_t j = 0; j < n; ++j) x[j] = masked_score(mr[j * m.ms[3]], x[j]);
-  }
-  if (m.padding) {
-    const bool* pr = m.padding + b * S;
-    for (std::size_t j = 0; j < n; ++j) x[j] = masked_score(pr[j], x[j]);
-    if (m.skip_queries && pr[i]) std::fill(x, x + n, ninf);  // a padding query sees nothing
-  }
+  const bool* mr = m.mask ? m.mask + b * m.ms[0] + h * m.ms[1] + i * m.ms[2] : nullptr;
+  const bool* pr = m.padding ? m.padding + b * S : nullptr;
+  if (pr && m.skip_queries && pr[i])  // a padding query sees nothing
+    return mask_keys(x, 0, 0, np, [](std::size_t) { return true; });
+  if (mr && pr)
+    return mask_keys(x, 0, n, np, [mr, pr, step = m.ms[3]](std::size_t j) { return mr[j * step] || pr[j]; });
+  if (mr) return mask_keys(x, 0, n, np, [mr, step = m.ms[3]](std::size_t j) { return mr[j * step]; });
+  if (pr) return mask_keys(x, 0, n, np, [pr](std::size_t j) { return pr[j]; });
+  mask_keys(x, n / kPer * kPer, n, np, [](std::size_t) { return false; });  // only [n, np)
 }
 
 // Keys query row i may see among the c keys its row block computed.
@@ -271,9 +293,8 @@ XGRAD_FASTMATH_INLINE void softmax_rows_impl(T* X, std::size_t ldx, std::size_t 
     for (std::size_t i = g0; i < g1; ++i) {
       T* x = X + (i - r0) * ldx;
       const std::size_t n = visible_keys(m, i, c), np = padded(n);
-      mask_row(x, i, n, b, h, S, m);
+      mask_row(x, i, n, np, b, h, S, m);
       std::fill(x + std::min(np, c), x + c, T(0));
-      std::fill(x + n, x + np, ninf);
       mx[i - g0] = row_max(x, np);
     }
     for (std::size_t i = g0; i < g1; ++i) {
@@ -310,9 +331,8 @@ XGRAD_FASTMATH_INLINE void probs_rows_impl(T* X, std::size_t ldx, std::size_t r0
       std::fill(x, x + c, T(0));
       continue;
     }
-    mask_row(x, i, n, b, h, S, m);
     const std::size_t np = padded(n);
-    std::fill(x + n, x + np, ninf);
+    mask_row(x, i, n, np, b, h, S, m);
     for (std::size_t j = 0; j < np; ++j) x[j] = exp_shifted(x[j] - mx) * inv;
     std::fill(x + std::min(np, c), x + c, T(0));
   }
@@ -407,6 +427,12 @@ void pack_rows(const T* x, std::size_t ldx, std::size_t n, std::size_t width, bo
       for (std::size_t j = 0; j < width; ++j) panel[j * ld + s] = x[s * ldx + j];
   }
 }
+// Keys packed into a transposed panel (K^T, V^T) for the c_all keys the GEMMs read: c_all
+// rounded up to whole 16-key blocks within the S keys (the extra columns are never read), so a
+// head of under 16 keys (a padded batch) is one 16 x 16 register transpose instead of the
+// narrower variants' edges.
+std::size_t transposed_keys(std::size_t c_all, std::size_t S) { return std::min(S, padded(c_all)); }
+
 // Rows [r0, r0 + n) of head (b, h) of x.
 template <class T>
 void pack_head(HeadView<const T> x, std::size_t b, std::size_t h, std::size_t r0, std::size_t n, bool transposed,
@@ -458,7 +484,7 @@ void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const 
         set_nothing_visible(stats + 2 * (bh * d.T + i));
       }
       const std::size_t c_all = t_end == 0 ? 0 : block_keys(d, m, b, t_end);  // keys any row block computes
-      pack_head(k, b, h, 0, c_all, true, kt.get(), ldk);
+      pack_head(k, b, h, 0, transposed_keys(c_all, d.S), true, kt.get(), ldk);
       const auto [vp, ldvp] = head_rows(v, b, h, 0, c_all, vr.get(), ldv);
       for (std::size_t r0 = 0; r0 < t_end; r0 += kRowBlock) {
         const std::size_t r1 = std::min(t_end, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, b, r1);
@@ -505,8 +531,8 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
         if (dk.base) std::fill_n(dk.at(b, h, s), d.D, T(0));
         if (dv.base) std::fill_n(dv.at(b, h, s), d.Dv, T(0));
       }
-      if (!saved) pack_head(k, b, h, 0, c_all, true, kt.get(), ldt);
-      if (dq.base || dk.base) pack_head(v, b, h, 0, c_all, true, vt.get(), ldt);
+      if (!saved) pack_head(k, b, h, 0, transposed_keys(c_all, d.S), true, kt.get(), ldt);
+      if (dq.base || dk.base) pack_head(v, b, h, 0, transposed_keys(c_all, d.S), true, vt.get(), ldt);
       const auto [kp, ldkp] = dq.base ? head_rows(k, b, h, 0, c_all, kr.get(), ldk) : std::pair<const T*, std::size_t>{};
       if (dq.base)
         for (std::size_t i = t_end; i < d.T; ++i) std::fill_n(dq.at(b, h, i), d.D, T(0));
