@@ -473,10 +473,10 @@ template <class T>
 void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
                     const MaskView<T>& m, T* stats, T* saved, HeadView<T> out) {
   parallel_for(d.B * d.H, head_cost(d), [&](std::size_t begin, std::size_t end) {
-    const std::unique_ptr<T[]> scratch(new T[saved ? 0 : std::min(kRowBlock, d.T) * panel_stride(d.S)]);  // uninitialised
+    const auto scratch = detail::aligned_buffer<T>(saved ? 0 : std::min(kRowBlock, d.T) * panel_stride(d.S));  // uninitialised
     // K^T (D, c_all) and V (c_all, Dv), packed
     const std::size_t ldk = panel_stride(d.S), ldv = panel_stride(d.Dv);
-    const std::unique_ptr<T[]> kt(new T[d.D * ldk]), vr(new T[d.S * ldv]);
+    const auto kt = detail::aligned_buffer<T>(d.D * ldk), vr = detail::aligned_buffer<T>(d.S * ldv);
     for (std::size_t bh = begin; bh < end; ++bh) {
       const std::size_t b = bh / d.H, h = bh % d.H, t_end = query_end(d, m, b);
       for (std::size_t i = t_end; i < d.T; ++i) {  // skipped padding queries: nothing visible
@@ -508,15 +508,16 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
   parallel_for(d.B * d.H, 3 * head_cost(d), [&](std::size_t begin, std::size_t end) {
     const std::size_t scratch = std::min(kRowBlock, d.T) * panel_stride(d.S);
     // (r, c), row stride panel_stride(c); uninitialised (every GEMM here writes all of its C with beta 0)
-    const std::unique_ptr<T[]> P(new T[saved ? 0 : scratch]), dP(new T[scratch]);
+    const auto P = detail::aligned_buffer<T>(saved ? 0 : scratch), dP = detail::aligned_buffer<T>(scratch);
     // K^T (D, c_all), V^T (Dv, c_all), K (c_all, D), packed
     const std::size_t ldt = panel_stride(d.S), ldk = panel_stride(d.D);
-    const std::unique_ptr<T[]> kt(new T[saved ? 0 : d.D * ldt]), vt(new T[d.Dv * ldt]), kr(new T[d.S * ldk]);
+    const auto kt = detail::aligned_buffer<T>(saved ? 0 : d.D * ldt), vt = detail::aligned_buffer<T>(d.Dv * ldt),
+               kr = detail::aligned_buffer<T>(d.S * ldk);
     // dK^T (D, c_all) and dV^T (Dv, c_all), summed over the row blocks and then stored
     // transposed; a row block's Q (r, D) and dO (r, Dv)
     const std::size_t ldv = panel_stride(d.Dv), rows = std::min(kRowBlock, d.T);
-    const std::unique_ptr<T[]> dkt(new T[dk.base ? d.D * ldt : 0]), dvt(new T[dv.base ? d.Dv * ldt : 0]),
-        qb(new T[rows * ldk]), dob(new T[rows * ldv]);
+    const auto dkt = detail::aligned_buffer<T>(dk.base ? d.D * ldt : 0), dvt = detail::aligned_buffer<T>(dv.base ? d.Dv * ldt : 0),
+               qb = detail::aligned_buffer<T>(rows * ldk), dob = detail::aligned_buffer<T>(rows * ldv);
     for (std::size_t bh = begin; bh < end; ++bh) {
       const std::size_t b = bh / d.H, h = bh % d.H, t_end = query_end(d, m, b);
       // Row blocks from the last: its keys [0, c) include every earlier block's, so its

@@ -70,13 +70,13 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
   const T* Bk = B;
   std::size_t ldk = ldb;
   bool tiled = false;
-  std::unique_ptr<T[]> panel;
+  AlignedBuffer<T> panel;
   if constexpr (std::is_same_v<T, float>)
     if (tiled_gemm_fits(trans_a, trans_b, M, N, K)) {
       tiled = true;
       if (trans_b) {
         ldk = panel_stride(N);
-        panel.reset(new T[K * ldk]);
+        panel = aligned_buffer<T>(K * ldk);
         transpose(N, K, B, ldb, panel.get(), ldk);
         Bk = panel.get();
       }

@@ -264,7 +264,7 @@ void run_tiles(const Tiling& tl, bool trans_a, std::size_t M, std::size_t N, std
   const std::size_t panel = kPanelRows / R * R;  // whole tiles: a panel's last tile ends inside it
   // raw sums between chunks: one R x W tile per tile of the panel's rows of C, row stride ldp
   const std::size_t ldp = (N + W - 1) / W * W;
-  std::unique_ptr<float[]> partial(chunked ? new float[std::min(panel, (M + R - 1) / R * R) * ldp] : nullptr);
+  const auto partial = aligned_buffer<float>(chunked ? std::min(panel, (M + R - 1) / R * R) * ldp : 0);
   for (std::size_t p0 = 0; p0 < M; p0 += panel)
     for (std::size_t k0 = 0; k0 == 0 || k0 < K; k0 += kc) {  // K = 0: one pass, C = beta C
       const std::size_t kn = std::min(kc, K - k0);
