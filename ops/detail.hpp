@@ -114,8 +114,9 @@ template <class T> struct AlignedFree {
   void operator()(T* p) const noexcept { aligned_deallocate(p, bytes); }
 };
 template <class T> using AlignedBuffer = std::unique_ptr<T[], AlignedFree<T>>;
-template <class T> AlignedBuffer<T> aligned_buffer(std::size_t n) {
+template <class T> AlignedBuffer<T> aligned_buffer(std::size_t n) {  // n = 0: empty (null)
   static_assert(std::is_trivially_default_constructible_v<T> && std::is_trivially_destructible_v<T>);
+  if (n == 0) return {};
   const std::size_t bytes = std::max(n * sizeof(T), AlignedAllocator<T>::kAlignFrom);  // its smallest block
   return AlignedBuffer<T>(static_cast<T*>(aligned_allocate(bytes)), AlignedFree<T>{bytes});
 }
