@@ -623,7 +623,7 @@ std::vector<ParamGroup> decay_groups(const Module& model, double weight_decay, c
 // --- clipping and schedule ---------------------------------------------------------------
 
 namespace detail {
-// Element j into lane j mod 16, then the lanes in order (detail::lane_sum): independent adds
+// Element j into lane j mod 16, then the lanes pairwise (detail::lane_sum): independent adds
 // the compiler vectorises, where one accumulator was a serial chain (1.3% of the reverse
 // model's training step).
 double grad_squared_norm(const Tensor& g) {
