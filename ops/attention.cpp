@@ -473,7 +473,8 @@ template <class T>
 void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const T> k, HeadView<const T> v,
                     const MaskView<T>& m, T* stats, T* saved, HeadView<T> out) {
   parallel_for(d.B * d.H, head_cost(d), [&](std::size_t begin, std::size_t end) {
-    const auto scratch = detail::aligned_buffer<T>(saved ? 0 : std::min(kRowBlock, d.T) * panel_stride(d.S));  // uninitialised
+    const auto scratch =  // uninitialised
+        detail::aligned_buffer<T>(saved ? 0 : std::min(kRowBlock, d.T) * panel_stride(d.S));
     // K^T (D, c_all) and V (c_all, Dv), packed
     const std::size_t ldk = panel_stride(d.S), ldv = panel_stride(d.Dv);
     const auto kt = detail::aligned_buffer<T>(d.D * ldk), vr = detail::aligned_buffer<T>(d.S * ldv);
@@ -516,8 +517,9 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
     // dK^T (D, c_all) and dV^T (Dv, c_all), summed over the row blocks and then stored
     // transposed; a row block's Q (r, D) and dO (r, Dv)
     const std::size_t ldv = panel_stride(d.Dv), rows = std::min(kRowBlock, d.T);
-    const auto dkt = detail::aligned_buffer<T>(dk.base ? d.D * ldt : 0), dvt = detail::aligned_buffer<T>(dv.base ? d.Dv * ldt : 0),
-               qb = detail::aligned_buffer<T>(rows * ldk), dob = detail::aligned_buffer<T>(rows * ldv);
+    const auto dkt = detail::aligned_buffer<T>(dk.base ? d.D * ldt : 0),
+               dvt = detail::aligned_buffer<T>(dv.base ? d.Dv * ldt : 0), qb = detail::aligned_buffer<T>(rows * ldk),
+               dob = detail::aligned_buffer<T>(rows * ldv);
     for (std::size_t bh = begin; bh < end; ++bh) {
       const std::size_t b = bh / d.H, h = bh % d.H, t_end = query_end(d, m, b);
       // Row blocks from the last: its keys [0, c) include every earlier block's, so its

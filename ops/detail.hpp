@@ -109,16 +109,16 @@ constexpr std::size_t panel_stride(std::size_t n) { return (n + 15) / 16 * 16 + 
 // rows at a stride of whole 16-float blocks start on cache lines and no vector load or store of
 // them straddles two (new T[] gave 16-byte alignment: a 16 x 16 transpose into such a panel ran
 // at 65 GB/s against 108 GB/s aligned, cache-hot).
-template <class T> struct AlignedFree {
+struct AlignedFree {
   std::size_t bytes = 0;
-  void operator()(T* p) const noexcept { aligned_deallocate(p, bytes); }
+  void operator()(void* p) const noexcept { aligned_deallocate(p, bytes); }
 };
-template <class T> using AlignedBuffer = std::unique_ptr<T[], AlignedFree<T>>;
+template <class T> using AlignedBuffer = std::unique_ptr<T[], AlignedFree>;
 template <class T> AlignedBuffer<T> aligned_buffer(std::size_t n) {  // n = 0: empty (null)
   static_assert(std::is_trivially_default_constructible_v<T> && std::is_trivially_destructible_v<T>);
   if (n == 0) return {};
   const std::size_t bytes = std::max(n * sizeof(T), AlignedAllocator<T>::kAlignFrom);  // its smallest block
-  return AlignedBuffer<T>(static_cast<T*>(aligned_allocate(bytes)), AlignedFree<T>{bytes});
+  return AlignedBuffer<T>(static_cast<T*>(aligned_allocate(bytes)), AlignedFree{bytes});
 }
 // dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols (float32, vectorised).
 void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t lds, float* dst, std::size_t ldd);
@@ -127,7 +127,7 @@ void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t
 // compiler can vectorise them) where one running sum is a chain of n dependent adds. Element i
 // goes into lane i mod kLanes; then the lanes are added pairwise in halves (lane l += lane
 // l + kLanes / 2, ..., lanes 0 + 1): log2(kLanes) dependent adds where adding them in order
-// was kLanes - 1 (a LayerNorm row of 64 floats ran 20-25% slower with the chain).
+// was kLanes - 1 (LayerNorm's forward over rows of 64 floats took ~18% longer with the chain).
 // Always inlined, so that inside an XGRAD_ISA_KERNEL variant it is compiled for that variant's ISA (there
 // kLanes = 64 / sizeof(T) fills one AVX-512 register; 8 lanes of float made GCC shuffle).
 template <class T, std::size_t kLanes = 8, class F>

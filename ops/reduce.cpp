@@ -17,8 +17,9 @@ namespace {
 // out (shape K, zero-filled) += x (shape X) where K[d] is X[d] or 1.
 // A row summed into one element (a loss's sum or mean, a sum over the last axis) goes into
 // kSumLanes independent accumulators (detail::lane_sum: element i into lane i mod kSumLanes,
-// then the lanes pairwise in halves): vectorised, where one accumulator was a serial chain of dependent adds (0.8 ns per
-// element: 0.8 ms for a (4, 512, 512) loss). The order depends on the shape only.
+// then the lanes pairwise in halves): vectorised, where one accumulator was a serial chain of
+// dependent adds (0.8 ns per element: 0.8 ms for a (4, 512, 512) loss). The order depends on
+// the shape only.
 constexpr std::size_t kSumLanes = 16;
 template <class T> void sum_into(const T* x, const Shape& X, T* out, const Shape& K) {
   detail::for_each_row(X, detail::contiguous_strides(X), detail::broadcast_strides(K, X),

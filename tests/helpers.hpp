@@ -261,4 +261,13 @@ void expect_throws(F&& fn, const char* kind, const std::vector<std::string>& par
   }
 }
 
+// detail::lane_sum's 16 lanes added as it adds them: pairwise in halves (lane l += lane l + 8
+// for l < 8, then + 4, + 2, and lanes 0 + 1). Overwrites `lane`.
+template <class T> T add_lanes_in_halves(T* lane) {
+  for (int l = 0; l < 8; ++l) lane[l] += lane[l + 8];
+  for (int l = 0; l < 4; ++l) lane[l] += lane[l + 4];
+  for (int l = 0; l < 2; ++l) lane[l] += lane[l + 2];
+  return lane[0] + lane[1];
+}
+
 }  // namespace xgrad::test

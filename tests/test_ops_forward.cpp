@@ -385,15 +385,6 @@ BOOST_AUTO_TEST_CASE(sum_float32_and_edge_shapes) {
   BOOST_TEST(allclose(sum(f64({1, 2, 3}, {3}), {0}), {6}));
 }
 
-// The 16 lanes of detail::lane_sum added pairwise in halves: lane l += lane l + 8 (l < 8),
-// then + 4, + 2, and lanes 0 + 1.
-template <class T> T add_lanes_in_halves(T* lane) {
-  for (int l = 0; l < 8; ++l) lane[l] += lane[l + 8];
-  for (int l = 0; l < 4; ++l) lane[l] += lane[l + 4];
-  for (int l = 0; l < 2; ++l) lane[l] += lane[l + 2];
-  return lane[0] + lane[1];
-}
-
 // A row summed into one element goes into 16 lanes (element i into lane i mod 16, then the
 // lanes pairwise in halves; ops/reduce.cpp, detail::lane_sum): that order exactly, on every CPU
 // path and thread count, and within the float32 bound of the float64 sum (n * eps * sum|x| for
@@ -411,12 +402,12 @@ BOOST_AUTO_TEST_CASE(float32_row_sums_in_sixteen_lanes_exactly) {
           exact[r] += xv[r * n + i];
           abs_sum[r] += std::abs(xv[r * n + i]);
         }
-        expect[r] = add_lanes_in_halves(lane);
+        expect[r] = test::add_lanes_in_halves(lane);
       }
       const float all_expect = [&] {  // the whole tensor: one row of 3 n elements
         float lane[16] = {};
         for (std::size_t i = 0; i < 3 * n; ++i) lane[i % 16] += float(xv[i]);
-        return add_lanes_in_halves(lane);
+        return test::add_lanes_in_halves(lane);
       }();
       const CpuPath before = cpu_path();
       for (CpuPath path : supported_cpu_paths())

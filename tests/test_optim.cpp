@@ -629,10 +629,7 @@ BOOST_AUTO_TEST_CASE(clip_grad_norm_sums_squares_in_sixteen_lanes) {
         const auto stored = p.grad().to_vector();  // as rounded to dt
         double lane[16] = {};
         for (std::size_t j = 0; j < n; ++j) lane[j % 16] += stored[j] * stored[j];
-        for (int l = 0; l < 8; ++l) lane[l] += lane[l + 8];
-        for (int l = 0; l < 4; ++l) lane[l] += lane[l + 4];
-        for (int l = 0; l < 2; ++l) lane[l] += lane[l + 2];
-        const double expect = lane[0] + lane[1];
+        const double expect = test::add_lanes_in_halves(lane);
         BOOST_TEST(detail::grad_squared_norm(p.grad()) == expect);
         BOOST_TEST(clip_grad_norm({p}, 1e9) == std::sqrt(expect));
       }
