@@ -121,6 +121,10 @@ struct Storage : ArrayVariant {
 // kept inside the TensorImpl (Shape::kInline), so making and freeing an op's output calls
 // malloc for none of them.
 struct TensorImpl {
+  // User-provided, so that allocate_shared's value-initialisation runs only the member
+  // initialisers: with the implicit constructor it zero-fills the whole object first (a `rep stos`,
+  // ~17% of BM_make_output_tensor on a Zen 3).
+  TensorImpl() noexcept {}
   std::shared_ptr<Storage> value;  // shared with detach() and with saved outputs
   Shape shape;
   DType dtype = DType::Float32;
