@@ -6,16 +6,26 @@
 # say more than one long run of each side.
 # usage: benchmarks/step_ratio.sh [ROUNDS] [REPS] [MIN_TIME]   (defaults 6, 3, 0.2)
 # Needs build-bench (-DXGRAD_BUILD_BENCHMARKS=ON, bench_mha built) and /usr/bin/python3 with torch.
-# Families: AVX-512 (xgrad avx512, OpenBLAS COOPERLAKE) and AVX2 (xgrad avx2, OpenBLAS
-# HASWELL, ATen avx2). Prints one line per round and family: times in ms, ratios in ().
+# Families: AVX-512 (xgrad avx512, OpenBLAS COOPERLAKE, or SKYLAKEX without AVX512-BF16), run
+# only on a CPU with AVX-512 (F, BW, DQ, VL), and AVX2 (xgrad avx2, OpenBLAS HASWELL, ATen avx2).
+# Prints one line per round and family: times in ms, ratios in ().
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-6} reps=${2:-3} min_time=${3:-0.2}
 bench=build-bench/benchmarks/bench_mha
 [[ -x $bench ]] || { echo "step_ratio.sh: $bench missing (build it first)" >&2; exit 2; }
+flags=" $(grep -m1 '^flags' /proc/cpuinfo) "
+has() { for f in "$@"; do [[ $flags == *" $f "* ]] || return 1; done; }
+families=()
+has avx512f avx512bw avx512dq avx512vl && families+=(avx512)
+has avx2 fma && families+=(avx2)
+[[ ${#families[@]} -gt 0 ]] || { echo "step_ratio.sh: this CPU has neither AVX-512 nor AVX2" >&2; exit 2; }
+avx512_core=SKYLAKEX
+has avx512_bf16 && avx512_core=COOPERLAKE  # the kernels OpenBLAS 0.3.21 picks on Zen 4/5
+echo "step_ratio.sh: families ${families[*]} ($(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | xargs))"
 for _ in $(seq "$rounds"); do
-  for family in avx512 avx2; do
-    if [[ $family == avx2 ]]; then envs=(OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2); else envs=(OPENBLAS_CORETYPE=COOPERLAKE); fi
+  for family in "${families[@]}"; do
+    if [[ $family == avx2 ]]; then envs=(OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2); else envs=(OPENBLAS_CORETYPE=$avx512_core); fi
     torch=$(env "${envs[@]}" /usr/bin/python3 benchmarks/torch_mha.py --threads 1 --configs "" --train --reps "$reps" \
               --min-time "$min_time" 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["results"][0]["median_ms"])')
     lines=$(env "${envs[@]}" XGRAD_CPU_PATH=$family XGRAD_THREADS=1 "$bench" --benchmark_filter=BM_train_step_reverse \
