@@ -77,11 +77,7 @@ std::size_t numel(const Shape& shape) { return checked_numel("numel", shape); }
 static std::size_t check_tensor_size_slow(const char* op, const Shape& shape, DType dtype);
 
 std::size_t check_tensor_size(const char* op, const Shape& shape, DType dtype) {
-  // Fast path, every op's output: no zero dimension, no overflow, n <= 2^40, under the limit.
-  std::size_t n = 1;
-  bool overflow = false;
-  for (auto d : shape) overflow |= __builtin_mul_overflow(n, d, &n);
-  if (!overflow && n != 0 && n <= (std::size_t(1) << 40) && n * itemsize(dtype) <= max_tensor_bytes()) return n;
+  if (const std::size_t n = detail::fast_tensor_size(shape, itemsize(dtype))) return n;
   return check_tensor_size_slow(op, shape, dtype);
 }
 
