@@ -7,18 +7,16 @@
 # usage: benchmarks/step_ratio.sh [ROUNDS] [REPS] [MIN_TIME]   (defaults 6, 3, 0.2)
 # Needs build-bench (-DXGRAD_BUILD_BENCHMARKS=ON, bench_mha built) and /usr/bin/python3 with torch.
 # Families: AVX-512 (xgrad avx512, OpenBLAS COOPERLAKE, or SKYLAKEX without AVX512-BF16), run
-# only on a CPU with AVX-512 (F, BW, DQ, VL), and AVX2 (xgrad avx2, OpenBLAS HASWELL, ATen avx2).
+# only where xgrad's avx512 path runs (scripts/cpu-flags.sh), and AVX2 (xgrad avx2, OpenBLAS HASWELL, ATen avx2).
 # Prints one line per round and family: times in ms, ratios in ().
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-6} reps=${2:-3} min_time=${3:-0.2}
 bench=build-bench/benchmarks/bench_mha
 [[ -x $bench ]] || { echo "step_ratio.sh: $bench missing (build it first)" >&2; exit 2; }
-flags=" $(grep -m1 '^flags' /proc/cpuinfo) "
-has() { for f in "$@"; do [[ $flags == *" $f "* ]] || return 1; done; }
+source scripts/cpu-flags.sh  # has, xgrad_paths
 families=()
-has avx512f avx512bw avx512dq avx512vl && families+=(avx512)
-has avx2 fma && families+=(avx2)
+for path in "${xgrad_paths[@]}"; do [[ $path == baseline ]] || families=("$path" "${families[@]}"); done  # avx512 first
 [[ ${#families[@]} -gt 0 ]] || { echo "step_ratio.sh: this CPU has neither AVX-512 nor AVX2" >&2; exit 2; }
 avx512_core=SKYLAKEX
 has avx512_bf16 && avx512_core=COOPERLAKE  # the kernels OpenBLAS 0.3.21 picks on Zen 4/5

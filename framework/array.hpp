@@ -207,6 +207,13 @@ inline std::size_t fast_tensor_size(const Shape& shape, std::size_t item) {
   for (auto d : shape) overflow |= __builtin_mul_overflow(n, d, &n);
   return !overflow && n != 0 && n <= (std::size_t(1) << 40) && n * item <= max_tensor_bytes() ? n : 0;
 }
+// check_tensor_size past its fast path (framework/tensor.cpp): throws, or returns 0 for a shape
+// with a zero dimension.
+std::size_t check_tensor_size_slow(const char* op, const Shape& shape, DType dtype);
+// check_tensor_size(op, shape, dtype_of<T>()) for a tensor about to be made.
+template <class T> void check_new_tensor_size(const char* op, const Shape& shape) {
+  if (!fast_tensor_size(shape, sizeof(T))) check_tensor_size_slow(op, shape, dtype_of<T>());
+}
 // The allocator's MemoryError (a genuine out-of-memory under the limit) again, naming op, the
 // dtype and the shape of the tensor being made: empty_array and empty_tensor.
 [[noreturn]] inline void out_of_memory(const char* op, DType dtype, const Shape& shape, const MemoryError& e) {
@@ -219,7 +226,7 @@ inline std::size_t fast_tensor_size(const Shape& shape, std::size_t item) {
 // (ValueError past 2^40 elements, MemoryError past max_tensor_bytes()). A genuine
 // out-of-memory under the limit is a MemoryError naming op and shape too.
 template <class T> xt::xarray<T> empty_array(const Shape& shape, const char* op = "empty") {
-  if (!detail::fast_tensor_size(shape, sizeof(T))) check_tensor_size(op, shape, dtype_of<T>());
+  detail::check_new_tensor_size<T>(op, shape);
   try {
     return xt::xarray<T>::from_shape(shape);
   } catch (const MemoryError& e) {
@@ -233,7 +240,7 @@ template <class T> xt::xarray<T> empty_array(const Shape& shape, const char* op 
 // (benchmarks/bench_matmul.cpp, BM_make_output_tensor vs BM_make_tensor_from_array). Fill it
 // through fresh_value<T>(out) (version stays 0) before returning or recording it.
 template <class T> Tensor empty_tensor(const Shape& shape, const char* op = "empty") {
-  if (!detail::fast_tensor_size(shape, sizeof(T))) check_tensor_size(op, shape, dtype_of<T>());
+  detail::check_new_tensor_size<T>(op, shape);
   auto impl = new_tensor_impl(shape);
   impl->dtype = dtype_of<T>();
   using Array = xt::xarray<T>;

@@ -74,14 +74,12 @@ static std::size_t checked_numel(const char* op, const Shape& shape) {
 
 std::size_t numel(const Shape& shape) { return checked_numel("numel", shape); }
 
-static std::size_t check_tensor_size_slow(const char* op, const Shape& shape, DType dtype);
-
 std::size_t check_tensor_size(const char* op, const Shape& shape, DType dtype) {
   if (const std::size_t n = detail::fast_tensor_size(shape, itemsize(dtype))) return n;
-  return check_tensor_size_slow(op, shape, dtype);
+  return detail::check_tensor_size_slow(op, shape, dtype);
 }
 
-static std::size_t check_tensor_size_slow(const char* op, const Shape& shape, DType dtype) {
+std::size_t detail::check_tensor_size_slow(const char* op, const Shape& shape, DType dtype) {
   const std::size_t n = checked_numel(op, shape);
   if (n == 0) return 0;
   const std::size_t bytes = n * itemsize(dtype), limit = max_tensor_bytes();

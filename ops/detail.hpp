@@ -137,12 +137,10 @@ template <class T, std::size_t kLanes = 8, class F>
   for (; i + kLanes <= n; i += kLanes)
     for (std::size_t j = 0; j < kLanes; ++j) acc[j] += f(i + j);
   for (std::size_t j = 0; i < n; ++i, ++j) acc[j] += f(i);
-  static_assert(kLanes == 8 || kLanes == 16, "the lanes are added pairwise in halves");
-  if constexpr (kLanes == 16)
-    for (std::size_t j = 0; j < 8; ++j) acc[j] += acc[j + 8];
-  for (std::size_t j = 0; j < 4; ++j) acc[j] += acc[j + 4];
-  for (std::size_t j = 0; j < 2; ++j) acc[j] += acc[j + 2];
-  return acc[0] + acc[1];
+  static_assert(kLanes > 0 && (kLanes & (kLanes - 1)) == 0, "the lanes are added pairwise in halves");
+  for (std::size_t half = kLanes / 2; half > 0; half /= 2)
+    for (std::size_t j = 0; j < half; ++j) acc[j] += acc[j + half];
+  return acc[0];
 }
 
 // f(lo, hi) over [0, n) in chunks of 4096 elements, spread over parallel_for's threads

@@ -9,12 +9,8 @@
 set -euo pipefail
 build=${1:-build}
 tests=$build/tests/xgrad_tests
-flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
-has() { for f in "$@"; do [[ " $flags " == *" $f "* ]] || return 1; done; }
-
-paths=(baseline)
-has avx2 fma bmi1 bmi2 && paths+=(avx2)
-has avx2 fma bmi1 bmi2 avx512f avx512bw avx512dq avx512vl avx512cd && paths+=(avx512)
+source "$(dirname "$0")/cpu-flags.sh"  # has, xgrad_paths
+paths=("${xgrad_paths[@]}")
 
 if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
   echo "test-matrix: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE is set by this machine's environment;" \
