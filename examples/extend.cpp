@@ -24,8 +24,7 @@ Tensor swish(const Tensor& x, const Tensor& beta) {
   Tensor y = dispatch_float("swish", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T b = value<T>(beta)();
-    xt::xarray<T> v = value<T>(x) / (T(1) + xt::exp(-b * value<T>(x)));
-    return make_tensor(std::move(v));
+    return make_tensor(value<T>(x) / (T(1) + xt::exp(-b * value<T>(x))), "swish");
   });
   return record("swish", y, {x, beta}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     const Tensor &x = n.input(0), &beta = n.input(1);

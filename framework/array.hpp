@@ -11,7 +11,6 @@
 #include <new>
 #include <stdexcept>
 #include <type_traits>
-#include <variant>
 #include <vector>
 
 // Tensor storage is aligned to 64 bytes (a cache line, one AVX-512 vector) from 512 bytes up,
@@ -30,7 +29,7 @@ namespace detail {
 // The backstop behind the per-op size checks: a buffer over max_tensor_bytes(), or a failed
 // malloc, is a MemoryError (never std::bad_alloc) from every xgrad allocation.
 [[noreturn]] void allocation_failed(std::size_t n, std::size_t size, bool over_limit);
-// A 64-byte-aligned block of `bytes` >= AlignedAllocator::kAlignFrom (framework/tensor.cpp):
+// A 64-byte-aligned block of `bytes` >= kAlignFrom = 512 (framework/tensor.cpp):
 // malloc(bytes + 64) rounded up to the next 64-byte boundary, malloc's pointer stored just
 // below (glibc's memalign fragments the heap: 2% of a 64x64 matmul). Blocks up to 64 KiB
 // are rounded up to a power of two, and each thread keeps up to 16 freed blocks of each such
@@ -41,8 +40,8 @@ namespace detail {
 void* aligned_allocate(std::size_t bytes);
 void aligned_deallocate(void* p, std::size_t bytes) noexcept;
 // A block of `bytes` (malloc's 16-byte alignment) for the small heap blocks every tensor is
-// made of: a TensorImpl's and a Storage's shared_ptr blocks (SmallBlockAllocator, make_tensor)
-// and data buffers under 512 bytes (AlignedAllocator). Blocks up to kSmallBlockMax bytes are
+// made of: a TensorImpl's and a Storage's shared_ptr blocks (SmallBlockAllocator) and data
+// buffers under 512 bytes (allocate_buffer). Blocks up to kSmallBlockMax bytes are
 // malloc'd in 32-byte size classes, and each thread keeps up to 64 freed blocks of each class
 // for its next allocations (a block freed on another thread joins that thread's cache), like
 // aligned_allocate's cache and off in sanitizer builds too. Larger blocks: plain malloc.
@@ -71,48 +70,71 @@ template <class T> struct SmallBlockAllocator {
   template <class U> bool operator!=(const SmallBlockAllocator<U>&) const noexcept { return false; }
 };
 
+namespace detail {
+constexpr std::size_t kAlignment = 64, kAlignFrom = 512;  // bytes: see the top of this file
+// An uninitialised buffer of n items of `item` bytes: none for n = 0 (nullptr), a small block
+// under kAlignFrom bytes (small_allocate), else a kAlignment-aligned one (aligned_allocate) of at
+// most max_tensor_bytes(). MemoryError otherwise (allocation_failed). A tensor's Storage and
+// xtensor containers (AlignedAllocator) both come from here.
+inline void* allocate_buffer(std::size_t n, std::size_t item) {
+  if (n == 0) return nullptr;
+  if (n > (std::size_t(-1) - kAlignment) / item) allocation_failed(n, item, true);
+  const std::size_t bytes = n * item;
+  if (bytes < kAlignFrom) return small_allocate(bytes);
+  if (bytes > max_tensor_bytes()) allocation_failed(n, item, true);
+  return aligned_allocate(bytes);
+}
+// Frees a buffer of allocate_buffer(n, item) with bytes = n * item (nullptr for bytes = 0).
+inline void deallocate_buffer(void* p, std::size_t bytes) noexcept {
+  if (bytes == 0) return;
+  if (bytes < kAlignFrom) small_deallocate(p, bytes);
+  else aligned_deallocate(p, bytes);
+}
+}  // namespace detail
+
+// The allocator of xtensor containers (xt::xarray<T> in op code): detail::allocate_buffer.
 template <class T> struct AlignedAllocator {
   using value_type = T;
-  static constexpr std::size_t kAlignment = 64, kAlignFrom = 512;  // bytes
+  static constexpr std::size_t kAlignment = detail::kAlignment, kAlignFrom = detail::kAlignFrom;
   AlignedAllocator() noexcept = default;
   template <class U> AlignedAllocator(const AlignedAllocator<U>&) noexcept {}
-  T* allocate(std::size_t n) {
-    if (n > (std::size_t(-1) - kAlignment) / sizeof(T)) detail::allocation_failed(n, sizeof(T), true);
-    const std::size_t bytes = n * sizeof(T);
-    if (bytes < kAlignFrom) return static_cast<T*>(detail::small_allocate(bytes));
-    if (bytes > max_tensor_bytes()) detail::allocation_failed(n, sizeof(T), true);
-    return static_cast<T*>(detail::aligned_allocate(bytes));
-  }
-  void deallocate(T* p, std::size_t n) noexcept {
-    if (n * sizeof(T) < kAlignFrom) detail::small_deallocate(p, n * sizeof(T));
-    else detail::aligned_deallocate(p, n * sizeof(T));
-  }
+  T* allocate(std::size_t n) { return static_cast<T*>(detail::allocate_buffer(n, sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { detail::deallocate_buffer(p, n * sizeof(T)); }
   template <class U> bool operator==(const AlignedAllocator<U>&) const noexcept { return true; }
   template <class U> bool operator!=(const AlignedAllocator<U>&) const noexcept { return false; }
 };
 }  // namespace xgrad
 #define XTENSOR_DEFAULT_ALLOCATOR(T) xgrad::AlignedAllocator<T>
 
+#include <xtensor/xadapt.hpp>
 #include <xtensor/xarray.hpp>
+#include <xtensor/xnoalias.hpp>
 
 #include "xgrad/framework/autograd.hpp"
 #include "xgrad/framework/tensor.hpp"
 
 namespace xgrad {
 
-using ArrayVariant = std::variant<xt::xarray<float>, xt::xarray<double>, xt::xarray<bool>,
-                                  xt::xarray<std::int64_t>>;
-
-// A tensor's storage: the container plus its version counter (PyTorch's `_version`). Every
-// in-place write path bumps the version (Tensor::mutable_data, Tensor::mutable_raw_data,
-// mutable_value below, Tensor::bump_version); record() saves the version of each input and of
-// the output, and a node's backward throws GraphError if one changed in between. Shared by
-// every handle to the same values (detach(), saved outputs), so a write through any of them
-// is seen. Not atomic: writing a tensor while another thread runs a backward that reads it is
-// a data race anyway.
-struct Storage : ArrayVariant {
-  using ArrayVariant::ArrayVariant;
-  explicit Storage(const ArrayVariant& v) : ArrayVariant(v) {}
+// A tensor's storage: its row-major values in one buffer (detail::allocate_buffer: none for 0
+// elements, 64-byte aligned from 512 bytes up) plus their version counter (PyTorch's
+// `_version`). The element type and the shape are the TensorImpl's. Every in-place write path
+// bumps the version (Tensor::mutable_data, Tensor::mutable_raw_data, mutable_value below,
+// Tensor::bump_version); record() saves the version of each input and of the output, and a
+// node's backward throws GraphError if one changed in between. Shared by every handle to the
+// same values (detach(), saved outputs), so a write through any of them is seen. Not atomic:
+// writing a tensor while another thread runs a backward that reads it is a data race anyway.
+// Raw bytes, not an xt::xarray: an xarray's shape, strides and backstrides cost an op's output
+// ~250 of its ~700 instructions made and freed (callgrind, BM_make_output_tensor); op code
+// views the buffer as an xtensor expression when it wants one (value<T>, below).
+struct Storage {
+  Storage() noexcept {}
+  // An uninitialised buffer of n items of `item` bytes (MemoryError past max_tensor_bytes()).
+  Storage(std::size_t n, std::size_t item) : data(detail::allocate_buffer(n, item)), bytes(n * item) {}
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage() { detail::deallocate_buffer(data, bytes); }
+  void* data = nullptr;
+  std::size_t bytes = 0;
   std::uint64_t version = 0;
 };
 
@@ -145,8 +167,9 @@ inline std::shared_ptr<TensorImpl> new_tensor_impl(const Shape& shape) {
   impl->shape = shape;
   return impl;
 }
-template <class... Args> std::shared_ptr<Storage> new_storage(Args&&... args) {
-  return std::allocate_shared<Storage>(SmallBlockAllocator<Storage>(), std::forward<Args>(args)...);
+// A Storage of n uninitialised items of `item` bytes.
+inline std::shared_ptr<Storage> new_storage(std::size_t n, std::size_t item) {
+  return std::allocate_shared<Storage>(SmallBlockAllocator<Storage>(), n, item);
 }
 
 template <class T> constexpr DType dtype_of();
@@ -155,46 +178,47 @@ template <> constexpr DType dtype_of<double>() { return DType::Float64; }
 template <> constexpr DType dtype_of<bool>() { return DType::Bool; }
 template <> constexpr DType dtype_of<std::int64_t>() { return DType::Int64; }
 
-// The container behind t. T must match t.dtype().
-template <class T> const xt::xarray<T>& value(const Tensor& t) {
-  return std::get<xt::xarray<T>>(*t.impl()->value);
+namespace detail {
+// std::logic_error "op code read a float32 tensor as float64": T does not match t.dtype().
+[[noreturn]] void wrong_element_type(DType requested, DType actual);
+template <class T> void check_element_type(const Tensor& t) {
+  if (t.impl()->dtype != dtype_of<T>()) wrong_element_type(dtype_of<T>(), t.impl()->dtype);
 }
-// For writing into an existing tensor in place: bumps its version (see Storage). A fresh
-// result being filled before make_tensor/record needs no version bump and may use either.
-template <class T> xt::xarray<T>& mutable_value(const Tensor& t) {
-  ++t.impl()->value->version;
-  return std::get<xt::xarray<T>>(*t.impl()->value);
+}  // namespace detail
+
+// --- op code's access to a tensor's values ------------------------------------------------
+// T must match t.dtype() (std::logic_error otherwise: a bug in the op, not a user error).
+//   data_of<T>(t)        const T*, row-major (nullptr for 0 elements): an input's values
+//   fresh_data<T>(t)     T*: a result still being filled (made by empty_tensor, not yet
+//                        returned or recorded); no version bump, outputs are made at version 0
+//   t.mutable_data<T>()  T*: writing an existing tensor in place (bumps its version)
+//   value<T>(t), fresh_value<T>(t), mutable_value<T>(t): the same as xtensor expressions
+//                        (ArrayView: an xt::xarray_adaptor over the buffer, shape t.shape()),
+//                        for code written with xtensor's functions; building one costs about
+//                        as much as a small op's output, so kernels take the pointers instead.
+template <class T> const T* data_of(const Tensor& t) {
+  detail::check_element_type<T>(t);
+  return static_cast<const T*>(t.impl()->value->data);
+}
+template <class T> T* fresh_data(const Tensor& t) {
+  detail::check_element_type<T>(t);
+  return static_cast<T*>(t.impl()->value->data);
 }
 
-// The container of a result still being filled: a tensor made by empty_tensor that no other
-// code has seen yet (not returned, not recorded). No version bump, unlike mutable_value: the
-// op's output is made at version 0 as every other fresh tensor.
-template <class T> xt::xarray<T>& fresh_value(const Tensor& t) {
-  return std::get<xt::xarray<T>>(*t.impl()->value);
+// A row-major xtensor view of n = numel(shape) elements at p (const T for read-only).
+template <class T>
+using ArrayView = xt::xarray_adaptor<xt::xbuffer_adaptor<T*, xt::no_ownership, std::allocator<std::remove_const_t<T>>>,
+                                     xt::layout_type::row_major, xt::svector<std::size_t, 4>>;
+template <class T> ArrayView<T> array_view(T* p, const Shape& shape) {
+  using Buffer = typename ArrayView<T>::storage_type;
+  std::size_t n = 1;
+  for (auto d : shape) n *= d;
+  return ArrayView<T>(Buffer(p, n), xt::svector<std::size_t, 4>(shape.begin(), shape.end()));
 }
+template <class T> ArrayView<const T> value(const Tensor& t) { return array_view(data_of<T>(t), t.shape()); }
+template <class T> ArrayView<T> fresh_value(const Tensor& t) { return array_view(fresh_data<T>(t), t.shape()); }
+template <class T> ArrayView<T> mutable_value(const Tensor& t) { return array_view(t.mutable_data<T>(), t.shape()); }
 
-// Wraps a container into a new leaf tensor (no copy). `shape`, when given, is a's shape as a
-// Shape the caller no longer needs: the tensor takes it over instead of allocating a copy
-// (std::logic_error if it differs from a's).
-template <class T> Tensor make_tensor(xt::xarray<T>&& a, Shape&& shape = {}) {
-  auto impl = new_tensor_impl();
-  if (shape.empty()) {
-    impl->shape.assign(a.shape().begin(), a.shape().end());
-  } else {
-    if (!std::equal(shape.begin(), shape.end(), a.shape().begin(), a.shape().end()))
-      throw std::logic_error("make_tensor: the shape given is not the container's");
-    impl->shape = std::move(shape);
-  }
-  impl->dtype = dtype_of<T>();
-  // The Storage's container is made empty (no allocation), then a is move-assigned into it:
-  // xt::svector's assignment copies the dims, where its move constructor swaps them (resize
-  // with zero fill, then copy, for each of shape, strides and backstrides).
-  using Array = xt::xarray<T>;
-  impl->value = new_storage(std::in_place_type<Array>, typename Array::storage_type(),
-                            typename Array::inner_shape_type(), typename Array::inner_strides_type());
-  std::get<Array>(*impl->value) = std::move(a);
-  return Tensor(std::move(impl));
-}
 namespace detail {
 // check_tensor_size's fast path, inline in every op's output: numel(shape) when no dimension is
 // 0, the product does not overflow, is at most 2^40 and its bytes (item bytes each) are within
@@ -210,9 +234,10 @@ inline std::size_t fast_tensor_size(const Shape& shape, std::size_t item) {
 // check_tensor_size past its fast path (framework/tensor.cpp): throws, or returns 0 for a shape
 // with a zero dimension.
 std::size_t check_tensor_size_slow(const char* op, const Shape& shape, DType dtype);
-// check_tensor_size(op, shape, dtype_of<T>()) for a tensor about to be made.
-template <class T> void check_new_tensor_size(const char* op, const Shape& shape) {
-  if (!fast_tensor_size(shape, sizeof(T))) check_tensor_size_slow(op, shape, dtype_of<T>());
+// check_tensor_size(op, shape, dtype_of<T>()) for a tensor about to be made: its element count.
+template <class T> std::size_t check_new_tensor_size(const char* op, const Shape& shape) {
+  const std::size_t n = fast_tensor_size(shape, sizeof(T));
+  return n ? n : check_tensor_size_slow(op, shape, dtype_of<T>());
 }
 // The allocator's MemoryError (a genuine out-of-memory under the limit) again, naming op, the
 // dtype and the shape of the tensor being made: empty_array and empty_tensor.
@@ -222,9 +247,10 @@ template <class T> void check_new_tensor_size(const char* op, const Shape& shape
 }
 }  // namespace detail
 
-// A new, uninitialised container of the given shape, checked first by check_tensor_size(op, ...)
-// (ValueError past 2^40 elements, MemoryError past max_tensor_bytes()). A genuine
-// out-of-memory under the limit is a MemoryError naming op and shape too.
+// A new, uninitialised xtensor container of the given shape (for scratch arrays in op code),
+// checked first by check_tensor_size(op, ...) (ValueError past 2^40 elements, MemoryError past
+// max_tensor_bytes()). A genuine out-of-memory under the limit is a MemoryError naming op and
+// shape too.
 template <class T> xt::xarray<T> empty_array(const Shape& shape, const char* op = "empty") {
   detail::check_new_tensor_size<T>(op, shape);
   try {
@@ -234,18 +260,14 @@ template <class T> xt::xarray<T> empty_array(const Shape& shape, const char* op 
   }
 }
 
-// A new, uninitialised T tensor of `shape` (checked as by empty_array), its container made in
-// place in the tensor's storage: no container is built and then moved in, as with
-// make_tensor(empty_array<T>(shape)), which costs an op's output ~1.25x as many instructions
-// (benchmarks/bench_matmul.cpp, BM_make_output_tensor vs BM_make_tensor_from_array). Fill it
-// through fresh_value<T>(out) (version stays 0) before returning or recording it.
+// A new, uninitialised T tensor of `shape`, checked as by empty_array. Fill it through
+// fresh_data<T>(out) (or fresh_value<T>(out)) before returning or recording it.
 template <class T> Tensor empty_tensor(const Shape& shape, const char* op = "empty") {
-  detail::check_new_tensor_size<T>(op, shape);
+  const std::size_t n = detail::check_new_tensor_size<T>(op, shape);
   auto impl = new_tensor_impl(shape);
   impl->dtype = dtype_of<T>();
-  using Array = xt::xarray<T>;
   try {
-    impl->value = new_storage(std::in_place_type<Array>, typename Array::shape_type(shape.begin(), shape.end()));
+    impl->value = new_storage(n, sizeof(T));
   } catch (const MemoryError& e) {
     detail::out_of_memory(op, dtype_of<T>(), shape, e);
   }
@@ -261,6 +283,32 @@ inline Tensor empty_tensor(DType dtype, const Shape& shape, const char* op = "em
     case DType::Int64: return empty_tensor<std::int64_t>(shape, op);
   }
   throw_error<DTypeError>(op, "unknown dtype");
+}
+
+// A new leaf tensor holding the values of an xtensor expression (an xt::xarray, or an expression
+// such as xt::exp(value<T>(x))), of its shape and element type (float, double, bool or
+// int64_t), evaluated straight into the tensor's storage (a container is copied). Size-checked
+// as by empty_tensor, under the name op.
+template <class E> Tensor make_tensor(const xt::xexpression<E>& expression, const char* op = "make_tensor") {
+  const E& e = expression.derived_cast();
+  using T = std::decay_t<typename E::value_type>;
+  const auto& s = e.shape();
+  Tensor y = empty_tensor<T>(Shape(s.begin(), s.end()), op);
+  auto v = fresh_value<T>(y);
+  xt::noalias(v) = e;
+  return y;
+}
+
+// Calls f(T{}) with T = float, double, bool or std::int64_t according to dtype (ops that move
+// values of any dtype: shape ops, indexing, comparisons).
+template <class F> decltype(auto) dispatch_dtype(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::Float32: return f(float{});
+    case DType::Float64: return f(double{});
+    case DType::Bool: return f(bool{});
+    case DType::Int64: break;
+  }
+  return f(std::int64_t{});
 }
 
 // Calls f(T{}) with T = float or double according to dtype; DTypeError otherwise.

@@ -35,7 +35,7 @@ std::size_t first_nonfinite(const Tensor& t) {
   if (!t.defined() || !is_float(t.dtype())) return std::string::npos;
   return dispatch_float("anomaly", t.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* p = value<T>(t).data();
+    const T* p = data_of<T>(t);
     for (std::size_t i = 0; i < t.numel(); ++i)
       if (!std::isfinite(p[i])) return i;
     return std::string::npos;

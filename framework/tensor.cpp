@@ -1,6 +1,7 @@
 // Tensor handle, factories and argument checks.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
@@ -230,6 +231,10 @@ std::size_t detail::cached_blocks(std::size_t bytes) noexcept {
   return k < kClasses ? c->aligned[k].count : 0;
 }
 
+void detail::wrong_element_type(DType requested, DType actual) {
+  throw std::logic_error(std::string("xgrad op code read a ") + dtype_name(actual) + " tensor as " + dtype_name(requested));
+}
+
 Tensor::Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
 static TensorImpl& checked(const std::shared_ptr<TensorImpl>& p) {
@@ -240,14 +245,11 @@ static TensorImpl& checked(const std::shared_ptr<TensorImpl>& p) {
 const Shape& Tensor::shape() const { return checked(impl_).shape; }
 std::size_t Tensor::numel() const { return xgrad::numel(shape()); }
 DType Tensor::dtype() const { return checked(impl_).dtype; }
-const void* Tensor::raw_data() const {
-  return std::visit([](const auto& a) -> const void* { return a.data(); },
-                    static_cast<const ArrayVariant&>(*checked(impl_).value));
-}
+const void* Tensor::raw_data() const { return checked(impl_).value->data; }
 void* Tensor::mutable_raw_data() const {
   auto& impl = checked(impl_);
   ++impl.value->version;
-  return std::visit([](auto& a) -> void* { return a.data(); }, static_cast<ArrayVariant&>(*impl.value));
+  return impl.value->data;
 }
 std::uint64_t Tensor::version() const { return checked(impl_).value->version; }
 void Tensor::bump_version() const { ++checked(impl_).value->version; }
@@ -300,20 +302,21 @@ Tensor Tensor::detach() const {
 Tensor Tensor::clone() const {
   auto& impl = checked(impl_);
   auto d = new_tensor_impl(impl.shape);
-  d->value = new_storage(static_cast<const ArrayVariant&>(*impl.value));
+  d->value = new_storage(impl.value->bytes, 1);
+  if (impl.value->bytes) std::memcpy(d->value->data, impl.value->data, impl.value->bytes);
   d->dtype = impl.dtype;
   return Tensor(std::move(d));
 }
 
 std::vector<double> Tensor::to_vector() const {
   auto& impl = checked(impl_);
-  return std::visit(
-      [](const auto& a) {
-        std::vector<double> v(a.size());
-        std::transform(a.begin(), a.end(), v.begin(), [](auto x) { return double(x); });
-        return v;
-      },
-      static_cast<const ArrayVariant&>(*impl.value));
+  return dispatch_dtype(impl.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    const T* p = static_cast<const T*>(impl.value->data);
+    std::vector<double> v(xgrad::numel(impl.shape));
+    std::transform(p, p + v.size(), v.begin(), [](T x) { return double(x); });
+    return v;
+  });
 }
 
 double Tensor::item() const {
@@ -325,13 +328,14 @@ double Tensor::item() const {
 template <class T> const T* Tensor::data() const {
   if (dtype() != dtype_of<T>())
     throw_error<DTypeError>("data", "requested ", dtype_name(dtype_of<T>()), " from a ", dtype_name(dtype()), " tensor");
-  return value<T>(*this).data();
+  return static_cast<const T*>(impl_->value->data);
 }
 template <class T> T* Tensor::mutable_data() const {
   if (dtype() != dtype_of<T>())
     throw_error<DTypeError>("mutable_data", "requested ", dtype_name(dtype_of<T>()), " from a ", dtype_name(dtype()),
                             " tensor");
-  return mutable_value<T>(*this).data();  // bumps the version
+  ++impl_->value->version;
+  return static_cast<T*>(impl_->value->data);
 }
 template const float* Tensor::data<float>() const;
 template const double* Tensor::data<double>() const;
@@ -363,8 +367,7 @@ template <class T> static Tensor from_values(const char* op, const std::vector<d
       if (!(values[i] >= -9223372036854775808.0 && values[i] < 9223372036854775808.0))
         throw_error<ValueError>(op, "value ", values[i], " at position ", i, " is not representable as int64");
   Tensor t = empty_tensor<T>(shape, op);
-  auto& a = fresh_value<T>(t);
-  std::transform(values.begin(), values.end(), a.begin(), [](double x) { return T(x); });
+  std::transform(values.begin(), values.end(), fresh_data<T>(t), [](double x) { return T(x); });
   return t;
 }
 
@@ -391,12 +394,13 @@ template <class Gen> static Tensor generate(const char* op, const Shape& shape, 
   auto fill = [&](auto zero) {
     using T = decltype(zero);
     Tensor t = empty_tensor<T>(shape, op);
-    for (auto& x : fresh_value<T>(t)) {
+    T* p = fresh_data<T>(t);
+    for (T* end = p + t.numel(); p != end; ++p) {
       const double v = gen();
       if constexpr (std::is_same_v<T, std::int64_t>)
         if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
           throw_error<ValueError>(op, "value ", v, " is not representable as int64");
-      x = T(v);
+      *p = T(v);
     }
     return t;
   };
@@ -432,7 +436,7 @@ Tensor bool_tensor(const std::vector<bool>& values, const Shape& shape) {
   if (values.size() != check_tensor_size("bool_tensor", shape, DType::Bool))
     throw_error<ShapeError>("bool_tensor", values.size(), " values do not fill shape ", shape);
   Tensor t = empty_tensor<bool>(shape, "bool_tensor");
-  std::copy(values.begin(), values.end(), fresh_value<bool>(t).begin());
+  std::copy(values.begin(), values.end(), fresh_data<bool>(t));
   return t;
 }
 
@@ -440,7 +444,7 @@ Tensor index_tensor(const std::vector<std::int64_t>& values, const Shape& shape)
   if (values.size() != check_tensor_size("index_tensor", shape, DType::Int64))
     throw_error<ShapeError>("index_tensor", values.size(), " values do not fill shape ", shape);
   Tensor t = empty_tensor<std::int64_t>(shape, "index_tensor");
-  std::copy(values.begin(), values.end(), fresh_value<std::int64_t>(t).begin());
+  std::copy(values.begin(), values.end(), fresh_data<std::int64_t>(t));
   return t;
 }
 
@@ -467,7 +471,7 @@ Tensor arange(double start, double end, double step, DType dtype) {
     const auto s0 = std::int64_t(start), st = std::int64_t(step), d = std::int64_t(end) - s0;
     const Shape shape{std::size_t((d + st - (st > 0 ? 1 : -1)) / st)};  // ceil(d / st), d / st >= 0
     Tensor t = empty_tensor<std::int64_t>(shape, op);  // checks the size first
-    std::int64_t* pt = fresh_value<std::int64_t>(t).data();
+    std::int64_t* pt = fresh_data<std::int64_t>(t);
     for (std::size_t i = 0; i < shape[0]; ++i) pt[i] = s0 + std::int64_t(i) * st;  // |i st| < |d|
     return t;
   }
@@ -484,7 +488,8 @@ Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Rng& rng
   if (low >= high)
     throw_error<ValueError>("randint", "need low < high, got low = ", low, ", high = ", high);
   Tensor t = empty_tensor<std::int64_t>(shape, "randint");  // checks the size first
-  for (auto& v : fresh_value<std::int64_t>(t)) v = rng.uniform_int(low, high - 1);
+  std::int64_t* p = fresh_data<std::int64_t>(t);
+  for (std::size_t i = 0, n = t.numel(); i < n; ++i) p[i] = rng.uniform_int(low, high - 1);
   return t;
 }
 

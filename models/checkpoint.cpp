@@ -289,7 +289,7 @@ Entry parse_entry(const Reader& r, const std::string& name, const json& v, std::
 
 template <class T> Tensor read_tensor(const Reader& r, const Entry& e, std::uint64_t base) {
   Tensor t = empty_tensor<T>(e.shape);
-  r.read(base + e.begin, fresh_value<T>(t).data(), e.end - e.begin, "tensor '" + e.name + "'");
+  r.read(base + e.begin, fresh_data<T>(t), e.end - e.begin, "tensor '" + e.name + "'");
   return t;
 }
 
@@ -298,7 +298,7 @@ Tensor read_half_tensor(const Reader& r, const Entry& e, std::uint64_t base) {
   std::vector<std::uint16_t> bits(std::size_t((e.end - e.begin) / 2));
   r.read(base + e.begin, bits.data(), e.end - e.begin, "tensor '" + e.name + "'");
   Tensor t = empty_tensor<float>(e.shape);
-  float* pt = fresh_value<float>(t).data();
+  float* pt = fresh_data<float>(t);
   for (std::size_t i = 0; i < bits.size(); ++i) {
     const std::uint32_t f = e.half == Half::F16 ? f16_to_f32_bits(bits[i]) : bf16_to_f32_bits(bits[i]);
     std::memcpy(pt + i, &f, sizeof f);
@@ -310,7 +310,7 @@ Tensor read_bool_tensor(const Reader& r, const Entry& e, std::uint64_t base) {
   std::vector<unsigned char> bytes(e.end - e.begin);
   r.read(base + e.begin, bytes.data(), bytes.size(), "tensor '" + e.name + "'");
   Tensor t = empty_tensor<bool>(e.shape);
-  bool* pt = fresh_value<bool>(t).data();
+  bool* pt = fresh_data<bool>(t);
   for (std::size_t i = 0; i < bytes.size(); ++i) {
     if (bytes[i] > 1)
       r.fail("tensor '" + e.name + "': BOOL byte " + std::to_string(bytes[i]) +

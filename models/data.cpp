@@ -118,7 +118,7 @@ template <class T>
 Tensor gather_rows(const Tensor& data, const std::vector<std::size_t>& indices, const Shape& shape, std::size_t row) {
   Tensor out = empty_tensor<T>(shape, "collate");
   const T* src = data.data<T>();
-  T* dst = fresh_value<T>(out).data();
+  T* dst = fresh_data<T>(out);
   for (std::size_t i = 0; i < indices.size(); ++i) std::copy_n(src + indices[i] * row, row, dst + i * row);
   return out;
 }

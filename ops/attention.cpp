@@ -122,7 +122,7 @@ MaskView<T> mask_view(const AttentionMasks& m, const Dims& d, const std::vector<
   MaskView<T> v;
   if (m.mask.defined()) v.mask = m.mask.data<bool>(), v.ms = strides4(m.mask.shape(), full);
   if (m.key_padding_mask.defined()) v.padding = m.key_padding_mask.data<bool>(), v.key_end = key_end.data();
-  if (m.float_mask.defined()) v.add = value<T>(m.float_mask).data(), v.as = strides4(m.float_mask.shape(), full);
+  if (m.float_mask.defined()) v.add = data_of<T>(m.float_mask), v.as = strides4(m.float_mask.shape(), full);
   v.causal = m.is_causal;
   v.skip_queries = m.skip_padded_queries;
   return v;
@@ -657,7 +657,7 @@ MaskContent mask_content(const Tensor& mask, const Dims& d) {
     content = dispatch_float("attention", mask.dtype(), [&](auto zero) {
       using T = decltype(zero);
       const T ninf = -std::numeric_limits<T>::infinity();
-      return classify_mask(value<T>(mask).data(), st, d, [ninf](T v) { return v == ninf; },
+      return classify_mask(data_of<T>(mask), st, d, [ninf](T v) { return v == ninf; },
                            [](T v) { return v == T(0); });
     });
   }
@@ -796,16 +796,16 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
   Tensor saved;  // (B, H, T, S) probabilities, when small enough to keep (keep_probabilities)
   Tensor out = dispatch_float(op, inputs[0].dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* q = value<T>(inputs[0]).data();
-    const T* k = packed ? q : value<T>(inputs[1]).data();
-    const T* v = packed ? q : value<T>(inputs[2]).data();
+    const T* q = data_of<T>(inputs[0]);
+    const T* k = packed ? q : data_of<T>(inputs[1]);
+    const T* v = packed ? q : data_of<T>(inputs[2]);
     stats = empty_tensor<T>({d.B, d.H, d.T, 2}, op);
     Tensor o = empty_tensor<T>({d.B, d.T, Ev}, op);
     const bool keep = keep_probabilities(d, sizeof(T)) && recording(inputs);
     if (keep) saved = empty_tensor<T>({d.B, d.H, d.T, panel_stride(d.S)}, op);  // rows padded
     const auto in = views(q, k, v);
-    forward_kernel<T>(d, T(scale), in[0], in[1], in[2], mask_view<T>(masks, d, key_end), fresh_value<T>(stats).data(),
-                      keep ? fresh_value<T>(saved).data() : nullptr, heads_of(fresh_value<T>(o).data(), d.T, Ev, d.Dv));
+    forward_kernel<T>(d, T(scale), in[0], in[1], in[2], mask_view<T>(masks, d, key_end), fresh_data<T>(stats),
+                      keep ? fresh_data<T>(saved) : nullptr, heads_of(fresh_data<T>(o), d.T, Ev, d.Dv));
     return o;
   });
   auto differentiable = [=](const Node& n, const Tensor& g) -> std::vector<Tensor> {
@@ -825,17 +825,17 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
   auto first_order = [=](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return dispatch_float(op, g.dtype(), [&](auto zero) -> std::vector<Tensor> {
       using T = decltype(zero);
-      const T* q = value<T>(n.input(0)).data();
-      const T* k = packed ? q : value<T>(n.input(1)).data();
-      const T* v = packed ? q : value<T>(n.input(2)).data();
+      const T* q = data_of<T>(n.input(0));
+      const T* k = packed ? q : data_of<T>(n.input(1));
+      const T* v = packed ? q : data_of<T>(n.input(2));
       const auto in = views(q, k, v);
-      const auto dO = heads_of(value<T>(g).data(), d.T, Ev, d.Dv);
+      const auto dO = heads_of(data_of<T>(g), d.T, Ev, d.Dv);
       // Gradients of the inputs that need one (the packed qkv input: one gradient), made in
       // place; the others stay undefined.
       std::vector<Tensor> grads(n.inputs().size());  // the masks' stay undefined
       for (std::size_t i = 0; i < n_qkv; ++i)
         if (packed || n.needs_grad(i)) grads[i] = empty_tensor<T>(n.input(i).shape(), op);
-      auto data = [&](std::size_t i) { return grads[i].defined() ? fresh_value<T>(grads[i]).data() : nullptr; };
+      auto data = [&](std::size_t i) { return grads[i].defined() ? fresh_data<T>(grads[i]) : nullptr; };
       std::array<HeadView<T>, 3> out{};
       if (packed) {
         out = views(data(0), data(0), data(0));
@@ -844,8 +844,8 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
         for (std::size_t i = 0; i < 3; ++i)
           if (n.needs_grad(i)) out[i] = all[i];
       }
-      backward_kernel<T>(d, T(scale), in[0], in[1], in[2], value<T>(stats).data(),
-                         saved.defined() ? value<T>(saved).data() : nullptr, mask_view<T>(masks, d, key_end), dO,
+      backward_kernel<T>(d, T(scale), in[0], in[1], in[2], data_of<T>(stats),
+                         saved.defined() ? data_of<T>(saved) : nullptr, mask_view<T>(masks, d, key_end), dO,
                          out[0], out[1], out[2]);
       return grads;
     });

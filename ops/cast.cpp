@@ -12,8 +12,7 @@ Tensor Tensor::to(DType dtype) const {
     using F = decltype(from);
     return dispatch_float("to", dtype, [&](auto to) {
       using T = decltype(to);
-      xt::xarray<T> v = xt::cast<T>(value<F>(*this));
-      return make_tensor(std::move(v));
+      return make_tensor(xt::cast<T>(value<F>(*this)), "to");
     });
   });
   const DType from = this->dtype();

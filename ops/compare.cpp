@@ -42,28 +42,26 @@ Tensor compare_tensors(const char* op, Cmp c, const Tensor& a, const Tensor& b) 
                             dtype_name(b.dtype()), ' ', b.shape(), ": comparisons need one dtype (convert with .to())");
   const Shape Y = detail::broadcast_shapes(op, "a", a.shape(), "b", b.shape());
   Tensor y = empty_tensor<bool>(Y, op);
-  bool* py = fresh_value<bool>(y).data();
-  std::visit(
-      [&](const auto& va) {
-        using T = typename std::decay_t<decltype(va)>::value_type;
-        const T* pa = va.data();
-        const T* pb = value<T>(b).data();
-        const auto sa = detail::broadcast_strides(detail::pad_left(a.shape(), Y.size()), Y);
-        const auto sb = detail::broadcast_strides(detail::pad_left(b.shape(), Y.size()), Y);
-        with_cmp(c, [&](auto cc) {
-          constexpr Cmp C = decltype(cc)::value;
-          detail::for_each_row(Y, sa, sb, [&](std::size_t oa, std::size_t ob, std::size_t oy, std::size_t n,
-                                              std::size_t ta, std::size_t tb) {
-            if (ta == 1 && tb == 1)
-              for (std::size_t i = 0; i < n; ++i) py[oy + i] = compare<C>(pa[oa + i], pb[ob + i]);
-            else if (tb == 0)
-              for (std::size_t i = 0; i < n; ++i) py[oy + i] = compare<C>(pa[oa + i * ta], pb[ob]);
-            else
-              for (std::size_t i = 0; i < n; ++i) py[oy + i] = compare<C>(pa[oa + i * ta], pb[ob + i * tb]);
-          });
-        });
-      },
-      static_cast<const ArrayVariant&>(*a.impl()->value));
+  bool* py = fresh_data<bool>(y);
+  dispatch_dtype(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* pa = data_of<T>(a);
+    const T* pb = data_of<T>(b);
+    const auto sa = detail::broadcast_strides(detail::pad_left(a.shape(), Y.size()), Y);
+    const auto sb = detail::broadcast_strides(detail::pad_left(b.shape(), Y.size()), Y);
+    with_cmp(c, [&](auto cc) {
+      constexpr Cmp C = decltype(cc)::value;
+      detail::for_each_row(Y, sa, sb, [&](std::size_t oa, std::size_t ob, std::size_t oy, std::size_t n,
+                                          std::size_t ta, std::size_t tb) {
+        if (ta == 1 && tb == 1)
+          for (std::size_t i = 0; i < n; ++i) py[oy + i] = compare<C>(pa[oa + i], pb[ob + i]);
+        else if (tb == 0)
+          for (std::size_t i = 0; i < n; ++i) py[oy + i] = compare<C>(pa[oa + i * ta], pb[ob]);
+        else
+          for (std::size_t i = 0; i < n; ++i) py[oy + i] = compare<C>(pa[oa + i * ta], pb[ob + i * tb]);
+      });
+    });
+  });
   return y;
 }
 
@@ -110,24 +108,22 @@ template <Cmp c> inline bool from_order(int o) {
 Tensor compare_scalar(const char* op, Cmp c, const Tensor& a, double s) {
   check_defined(op, "a", a);
   Tensor y = empty_tensor<bool>(a.shape(), op);
-  bool* py = fresh_value<bool>(y).data();
+  bool* py = fresh_data<bool>(y);
   const std::size_t n = a.numel();
-  std::visit(
-      [&](const auto& va) {
-        using T = typename std::decay_t<decltype(va)>::value_type;
-        const T* pa = va.data();
-        with_cmp(c, [&](auto cc) {
-          constexpr Cmp C = decltype(cc)::value;
-          if constexpr (std::is_floating_point_v<T>) {
-            const T st = T(s);
-            for (std::size_t i = 0; i < n; ++i) py[i] = compare<C>(pa[i], st);
-          } else {
-            const ExactScalar e(s);
-            for (std::size_t i = 0; i < n; ++i) py[i] = from_order<C>(e.order(std::int64_t(pa[i])));
-          }
-        });
-      },
-      static_cast<const ArrayVariant&>(*a.impl()->value));
+  dispatch_dtype(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* pa = data_of<T>(a);
+    with_cmp(c, [&](auto cc) {
+      constexpr Cmp C = decltype(cc)::value;
+      if constexpr (std::is_floating_point_v<T>) {
+        const T st = T(s);
+        for (std::size_t i = 0; i < n; ++i) py[i] = compare<C>(pa[i], st);
+      } else {
+        const ExactScalar e(s);
+        for (std::size_t i = 0; i < n; ++i) py[i] = from_order<C>(e.order(std::int64_t(pa[i])));
+      }
+    });
+  });
   return y;
 }
 

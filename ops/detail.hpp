@@ -22,8 +22,7 @@ template <class Fn> Tensor map_float(const char* op, const Tensor& x, Fn fn) {
   check_float(op, "x", x);
   return dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    xt::xarray<T> y = fn(value<T>(x), T{});
-    return make_tensor(std::move(y));
+    return make_tensor(fn(value<T>(x), T{}), op);
   });
 }
 

@@ -18,10 +18,10 @@ Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b, Fn fn) {
   const Shape Y = detail::broadcast_shapes(op, "a", a.shape(), "b", b.shape());
   return dispatch_float(op, a.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* pa = value<T>(a).data();
-    const T* pb = value<T>(b).data();
+    const T* pa = data_of<T>(a);
+    const T* pb = data_of<T>(b);
     Tensor y = empty_tensor<T>(Y, op);
-    T* py = fresh_value<T>(y).data();
+    T* py = fresh_data<T>(y);
     if (a.shape() == b.shape()) {  // one flat loop, in chunks over the threads when long
       detail::parallel_chunks(numel(Y), [&](std::size_t lo, std::size_t hi) {
         for (std::size_t i = lo; i < hi; ++i) py[i] = fn(pa[i], pb[i]);

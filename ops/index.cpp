@@ -118,21 +118,19 @@ template <class F> void for_each_gather_row(const Shape& X, const Shape& I, std:
 
 // y (shape I) = x gathered along axis; indices already checked. Any dtype.
 Tensor gather_values(const char* op, const Tensor& x, std::size_t axis, const Tensor& index) {
-  return std::visit(
-      [&](const auto& vx) {
-        using T = typename std::decay_t<decltype(vx)>::value_type;
-        const T* px = vx.data();
-        const std::int64_t* pi = index.data<std::int64_t>();
-        Tensor y = empty_tensor<T>(index.shape(), op);
-        T* py = fresh_value<T>(y).data();
-        for_each_gather_row(x.shape(), index.shape(), axis,
-                            [&](std::size_t ox, std::size_t oi, std::size_t n, std::size_t sx, std::size_t ax) {
-                              for (std::size_t i = 0; i < n; ++i)
-                                py[oi + i] = px[ox + i * sx + std::size_t(pi[oi + i]) * ax];
-                            });
-        return y;
-      },
-      static_cast<const ArrayVariant&>(*x.impl()->value));
+  return dispatch_dtype(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = data_of<T>(x);
+    const std::int64_t* pi = index.data<std::int64_t>();
+    Tensor y = empty_tensor<T>(index.shape(), op);
+    T* py = fresh_data<T>(y);
+    for_each_gather_row(x.shape(), index.shape(), axis,
+                        [&](std::size_t ox, std::size_t oi, std::size_t n, std::size_t sx, std::size_t ax) {
+                          for (std::size_t i = 0; i < n; ++i)
+                            py[oi + i] = px[ox + i * sx + std::size_t(pi[oi + i]) * ax];
+                        });
+    return y;
+  });
 }
 
 // gather's backward (also topk's), node inputs {x, index}: dx = scatter_add(zeros(X), axis, index, g).
@@ -189,7 +187,7 @@ template <bool kMax> Tensor arg_reduce(const char* op, Tensor x, long axis, bool
   Tensor y = empty_tensor<std::int64_t>(K, op);
   dispatch_numeric(x, [&](auto zero) {
     using T = decltype(zero);
-    arg_extreme<kMax>(value<T>(x).data(), s, fresh_value<std::int64_t>(y).data());
+    arg_extreme<kMax>(data_of<T>(x), s, fresh_data<std::int64_t>(y));
   });
   if (scalar_in) return reshape(y, {});
   if (keepdim) return y;
@@ -216,10 +214,10 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   ys.push_back(D);
   Tensor y = dispatch_float("embedding", weight.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* w = value<T>(weight).data();
+    const T* w = data_of<T>(weight);
     const std::int64_t* idx = indices.data<std::int64_t>();
     Tensor out = empty_tensor<T>(ys, "embedding");
-    T* po = fresh_value<T>(out).data();
+    T* po = fresh_data<T>(out);
     for (std::size_t i = 0; i < indices.numel(); ++i) std::copy_n(w + std::size_t(idx[i]) * D, D, po + i * D);
     return out;
   });
@@ -238,13 +236,13 @@ Tensor embedding_backward(const Tensor& g, const Tensor& indices, std::size_t nu
   const std::size_t D = g.shape().back();
   Tensor y = dispatch_float("embedding_backward", g.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* pg = value<T>(g).data();
+    const T* pg = data_of<T>(g);
     const std::int64_t* idx = indices.data<std::int64_t>();
     Tensor out = empty_tensor<T>({num_rows, D}, "embedding_backward");
-    auto& vout = fresh_value<T>(out);
-    std::fill(vout.begin(), vout.end(), T(0));
+    T* po = fresh_data<T>(out);
+    std::fill_n(po, out.numel(), T(0));
     for (std::size_t i = 0; i < indices.numel(); ++i) {
-      T* row = vout.data() + std::size_t(idx[i]) * D;
+      T* row = po + std::size_t(idx[i]) * D;
       for (std::size_t d = 0; d < D; ++d) row[d] += pg[i * D + d];
     }
     return out;
@@ -261,12 +259,11 @@ Tensor one_hot(const Tensor& indices, std::size_t num_classes, DType dtype) {
   check_tensor_size("one_hot", ys, dtype);  // before allocating: num_classes is the caller's
   Tensor y = zeros(ys, dtype);
   const std::int64_t* idx = indices.data<std::int64_t>();
-  std::visit(
-      [&](auto& a) {
-        using V = typename std::decay_t<decltype(a)>::value_type;
-        for (std::size_t i = 0; i < indices.numel(); ++i) a.data()[i * num_classes + std::size_t(idx[i])] = V(1);
-      },
-      static_cast<ArrayVariant&>(*y.impl()->value));
+  dispatch_dtype(dtype, [&](auto zero) {
+    using V = decltype(zero);
+    V* py = fresh_data<V>(y);
+    for (std::size_t i = 0; i < indices.numel(); ++i) py[i * num_classes + std::size_t(idx[i])] = V(1);
+  });
   return y;
 }
 
@@ -344,10 +341,10 @@ TopK topk(const Tensor& x_in, long k, long axis, bool largest, bool sorted) {
   ys[ax] = kk;
   const auto s = detail::split_at(x.shape(), ax);
   Tensor indices = empty_tensor<std::int64_t>(ys, op);
-  std::int64_t* pi = fresh_value<std::int64_t>(indices).data();
+  std::int64_t* pi = fresh_data<std::int64_t>(indices);
   dispatch_numeric(x, [&](auto zero) {
     using T = decltype(zero);
-    const T* px = value<T>(x).data();
+    const T* px = data_of<T>(x);
     struct Item {
       std::uint64_t key;  // larger is better (rank_key)
       std::int64_t i;
@@ -404,10 +401,10 @@ Tensor scatter_add(const Tensor& x, long axis, const Tensor& index, const Tensor
   check_gather_index(op, x, ax, index);
   Tensor y = dispatch_numeric(x, [&](auto zero) {
     using T = decltype(zero);
-    check_tensor_size(op, x.shape(), x.dtype());
-    xt::xarray<T> out = value<T>(x);  // a copy
-    T* po = out.data();
-    const T* ps = value<T>(src).data();
+    Tensor out = empty_tensor<T>(x.shape(), op);
+    T* po = fresh_data<T>(out);
+    std::copy_n(data_of<T>(x), x.numel(), po);
+    const T* ps = data_of<T>(src);
     const std::int64_t* pi = index.data<std::int64_t>();
     for_each_gather_row(x.shape(), index.shape(), ax,
                         [&](std::size_t ox, std::size_t oi, std::size_t n, std::size_t sx, std::size_t as) {
@@ -416,7 +413,7 @@ Tensor scatter_add(const Tensor& x, long axis, const Tensor& index, const Tensor
                             to = add_wrapping(to, ps[oi + i]);
                           }
                         });
-    return make_tensor(std::move(out));
+    return out;
   });
   if (!is_float(x.dtype())) return y;
   return record(op, y, {x, src, index}, [ax](const Node& n, const Tensor& g) -> std::vector<Tensor> {
@@ -461,14 +458,12 @@ Tensor index_select(const Tensor& x_in, long axis, const Tensor& index_in) {
   Shape ys = x.shape();
   ys[ax] = m;
   const auto s = detail::split_at(x.shape(), ax);
-  Tensor y = std::visit(
-      [&](const auto& vx) {
-        using T = typename std::decay_t<decltype(vx)>::value_type;
-        Tensor out = empty_tensor<T>(ys, op);
-        gather_rows(vx.data(), index.data<std::int64_t>(), m, s.outer, s.n, s.inner, fresh_value<T>(out).data());
-        return out;
-      },
-      static_cast<const ArrayVariant&>(*x.impl()->value));
+  Tensor y = dispatch_dtype(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    Tensor out = empty_tensor<T>(ys, op);
+    gather_rows(data_of<T>(x), index.data<std::int64_t>(), m, s.outer, s.n, s.inner, fresh_data<T>(out));
+    return out;
+  });
   if (is_float(x.dtype()))
     y = record(op, y, {x, index}, [ax](const Node& n, const Tensor& g) -> std::vector<Tensor> {
       return {index_add_zeros(n.input(0).shape(), long(ax), n.input(1), g), Tensor()};
@@ -494,17 +489,18 @@ Tensor index_add(const Tensor& x, long axis, const Tensor& index_in, const Tenso
   const auto s = detail::split_at(x.shape(), ax);
   Tensor y = dispatch_numeric(x, [&](auto zero) {
     using T = decltype(zero);
-    check_tensor_size(op, x.shape(), x.dtype());
-    xt::xarray<T> out = value<T>(x);  // a copy
-    const T* ps = value<T>(src).data();
+    Tensor out = empty_tensor<T>(x.shape(), op);
+    T* po = fresh_data<T>(out);
+    std::copy_n(data_of<T>(x), x.numel(), po);
+    const T* ps = data_of<T>(src);
     const std::int64_t* pi = index.data<std::int64_t>();
     for (std::size_t o = 0; o < s.outer; ++o)
       for (std::size_t j = 0; j < m; ++j) {
-        T* row = out.data() + (o * s.n + std::size_t(pi[j])) * s.inner;
+        T* row = po + (o * s.n + std::size_t(pi[j])) * s.inner;
         const T* from = ps + (o * m + j) * s.inner;
         for (std::size_t r = 0; r < s.inner; ++r) row[r] = add_wrapping(row[r], from[r]);
       }
-    return make_tensor(std::move(out));
+    return out;
   });
   if (!is_float(x.dtype())) return y;
   return record(op, y, {x, src, index}, [ax](const Node& n, const Tensor& g) -> std::vector<Tensor> {
@@ -570,7 +566,7 @@ Tensor index_add_zeros(const Shape& shape, long axis, const Tensor& index_in, co
   Tensor y = dispatch_numeric(src, [&](auto zero) {
     using T = decltype(zero);
     Tensor out = empty_tensor<T>(shape, op);
-    add_rows_into_zeros(fresh_value<T>(out).data(), value<T>(src).data(), index.data<std::int64_t>(), m, s.outer, s.n,
+    add_rows_into_zeros(fresh_data<T>(out), data_of<T>(src), index.data<std::int64_t>(), m, s.outer, s.n,
                         s.inner);
     return out;
   });
@@ -590,14 +586,12 @@ Tensor pack_rows(const Tensor& x, const Tensor& index_in) {
   const std::size_t F = x.shape().back(), R = F ? x.numel() / F : numel(Shape(x.shape().begin(), x.shape().end() - 1));
   const Tensor index = check_row_index(op, index_in, R, "the rows of argument 'x' ", x.shape());
   const std::size_t m = index.numel();
-  Tensor y = std::visit(
-      [&](const auto& vx) {
-        using T = typename std::decay_t<decltype(vx)>::value_type;
-        Tensor out = empty_tensor<T>({m, F}, op);
-        gather_rows(vx.data(), index.data<std::int64_t>(), m, 1, R, F, fresh_value<T>(out).data());
-        return out;
-      },
-      static_cast<const ArrayVariant&>(*x.impl()->value));
+  Tensor y = dispatch_dtype(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    Tensor out = empty_tensor<T>({m, F}, op);
+    gather_rows(data_of<T>(x), index.data<std::int64_t>(), m, 1, R, F, fresh_data<T>(out));
+    return out;
+  });
   if (!is_float(x.dtype())) return y;
   return record(op, y, {x, index}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     const Shape& xs = n.input(0).shape();
@@ -622,7 +616,7 @@ Tensor unpack_rows(const Tensor& y, const Tensor& index_in, const Shape& rows) {
   Tensor out = dispatch_numeric(y, [&](auto zero) {
     using T = decltype(zero);
     Tensor t = empty_tensor<T>(out_shape, op);
-    add_rows_into_zeros(fresh_value<T>(t).data(), value<T>(y).data(), index.data<std::int64_t>(), m, 1, R, F);
+    add_rows_into_zeros(fresh_data<T>(t), data_of<T>(y), index.data<std::int64_t>(), m, 1, R, F);
     return t;
   });
   if (!is_float(y.dtype())) return out;

@@ -29,8 +29,7 @@ void check_mask_fits(const char* op, const Tensor& mask, const Shape& shape) {
 Tensor expand_mask(const char* op, const Tensor& mask, const Shape& shape) {
   check_mask_fits(op, mask, shape);
   if (mask.shape() == shape) return mask;
-  xt::xarray<bool> m = xt::broadcast(value<bool>(mask), shape);
-  return make_tensor(std::move(m));
+  return make_tensor(xt::broadcast(value<bool>(mask), shape), op);
 }
 
 // y = mask ? fill : x;  dx = masked_fill(g, mask, 0)
@@ -39,8 +38,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double fill) {
   Tensor m = expand_mask("masked_fill", mask, x.shape());
   Tensor y = dispatch_float("masked_fill", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    xt::xarray<T> v = xt::where(value<bool>(m), T(fill), value<T>(x));
-    return make_tensor(std::move(v));
+    return make_tensor(xt::where(value<bool>(m), T(fill), value<T>(x)), "masked_fill");
   });
   return record(
       "masked_fill", y, {x, m},
@@ -56,8 +54,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   ys = detail::broadcast_shapes("where", "cond", cond.shape(), "a, b", ys);
   Tensor y = dispatch_float("where", a.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    xt::xarray<T> v = xt::where(value<bool>(cond), value<T>(a), value<T>(b));
-    return make_tensor(std::move(v));
+    return make_tensor(xt::where(value<bool>(cond), value<T>(a), value<T>(b)), "where");
   });
   return record("where", y, {a, b, cond}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     const Tensor& cond = n.input(2);
@@ -69,10 +66,10 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 
 Tensor causal_mask(std::size_t T, std::size_t S, CausalAlign align) {
   Tensor y = empty_tensor<bool>({T, S}, "causal_mask");
-  auto& m = fresh_value<bool>(y);
+  bool* m = fresh_data<bool>(y);
   const long shift = align == CausalAlign::BottomRight ? long(S) - long(T) : 0;
   for (std::size_t i = 0; i < T; ++i)
-    for (std::size_t j = 0; j < S; ++j) m(i, j) = long(j) > long(i) + shift;
+    for (std::size_t j = 0; j < S; ++j) m[i * S + j] = long(j) > long(i) + shift;
   return y;
 }
 
@@ -80,8 +77,7 @@ template <class Fn> static Tensor logical(const char* op, const Tensor& a, const
   check_bool(op, "a", a);
   check_bool(op, "b", b);
   detail::broadcast_shapes(op, "a", a.shape(), "b", b.shape());
-  xt::xarray<bool> v = fn(value<bool>(a), value<bool>(b));
-  return make_tensor(std::move(v));
+  return make_tensor(fn(value<bool>(a), value<bool>(b)), op);
 }
 Tensor logical_or(const Tensor& a, const Tensor& b) {
   return logical("logical_or", a, b, [](const auto& x, const auto& y) { return x || y; });
@@ -91,8 +87,7 @@ Tensor logical_and(const Tensor& a, const Tensor& b) {
 }
 Tensor logical_not(const Tensor& a) {
   check_bool("logical_not", "a", a);
-  xt::xarray<bool> v = !value<bool>(a);
-  return make_tensor(std::move(v));
+  return make_tensor(!value<bool>(a), "logical_not");
 }
 
 // --- registration ----------------------------------------------------------------------

@@ -43,10 +43,10 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   const std::size_t nbatch = numel(batch);
   return dispatch_float("matmul", a.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* pa = value<T>(a).data();
-    const T* pb = value<T>(b).data();
+    const T* pa = data_of<T>(a);
+    const T* pb = data_of<T>(b);
     Tensor out = empty_tensor<T>(ys, "matmul");
-    T* po = fresh_value<T>(out).data();
+    T* po = fresh_data<T>(out);
     if (nbatch == 1 || (!ta && numel(bbatch) == 1 && numel(abatch) == nbatch)) {
       // One GEMM: a single product (two 2-D operands, or batch dims all 1), or b shared by
       // every batch, over (batch * n) rows of a.
@@ -130,9 +130,9 @@ Tensor sum_outer(const Tensor& a, const Tensor& b) {
   Tensor y = dispatch_float("sum_outer", a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     Tensor out = empty_tensor<T>({k, m}, "sum_outer");
-    T* po = fresh_value<T>(out).data();
+    T* po = fresh_data<T>(out);
     if (N == 0) std::fill_n(po, k * m, T(0));
-    gemm<T>(true, false, k, m, N, value<T>(a).data(), value<T>(b).data(), T(0), po);
+    gemm<T>(true, false, k, m, N, data_of<T>(a), data_of<T>(b), T(0), po);
     return out;
   });
   return record("sum_outer", y, {a, b}, [](const Node& n, const Tensor& u) -> std::vector<Tensor> {
@@ -162,9 +162,9 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   Tensor y = dispatch_float("linear", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     Tensor yv = empty_tensor<T>(ys, "linear");
-    T* py = fresh_value<T>(yv).data();
-    gemm<T>(false, true, N, out, in, value<T>(x).data(), value<T>(w).data(), T(0), py,
-            bias.defined() ? value<T>(bias).data() : nullptr);
+    T* py = fresh_data<T>(yv);
+    gemm<T>(false, true, N, out, in, data_of<T>(x), data_of<T>(w), T(0), py,
+            bias.defined() ? data_of<T>(bias) : nullptr);
     return yv;
   });
   std::vector<Tensor> inputs{x, w};

@@ -178,15 +178,15 @@ std::vector<Tensor> fused_grads(const Tensor& x, const Tensor& w, const Tensor& 
     Tensor dx = need_x ? empty_tensor<T>(x.shape(), "layer_norm") : Tensor();
     Tensor dw = need_w ? empty_tensor<T>({N}, "layer_norm") : Tensor();
     Tensor db = need_b ? empty_tensor<T>({N}, "layer_norm") : Tensor();
-    T* pdx = need_x ? fresh_value<T>(dx).data() : nullptr;
-    T* pdw = need_w ? fresh_value<T>(dw).data() : nullptr;
-    T* pdb = need_b ? fresh_value<T>(db).data() : nullptr;
+    T* pdx = need_x ? fresh_data<T>(dx) : nullptr;
+    T* pdw = need_w ? fresh_data<T>(dw) : nullptr;
+    T* pdb = need_b ? fresh_data<T>(db) : nullptr;
     if (x.numel() == 0) {  // nothing to sum: dw = db = 0
       if (need_w) std::fill_n(pdw, N, T(0));
       if (need_b) std::fill_n(pdb, N, T(0));
     } else {
-      backward_rows<T>(value<T>(x).data(), w.defined() ? value<T>(w).data() : nullptr,
-                                  value<T>(g).data(), value<T>(saved_mean).data(), value<T>(saved_rstd).data(),
+      backward_rows<T>(data_of<T>(x), w.defined() ? data_of<T>(w) : nullptr,
+                                  data_of<T>(g), data_of<T>(saved_mean), data_of<T>(saved_rstd),
                                   R, N, pdx, pdw, pdb);
     }
     return {dx, dw, db};
@@ -205,15 +205,15 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
     Tensor yv = empty_tensor<T>(x.shape(), "layer_norm");
     saved_mean = empty_tensor<T>({R}, "layer_norm");
     saved_rstd = empty_tensor<T>({R}, "layer_norm");
-    T* pm = fresh_value<T>(saved_mean).data();
-    T* ps = fresh_value<T>(saved_rstd).data();
+    T* pm = fresh_data<T>(saved_mean);
+    T* ps = fresh_data<T>(saved_rstd);
     if (x.numel() == 0) {
       std::fill_n(pm, R, T(0));
       std::fill_n(ps, R, T(0));
     } else {
-      forward_rows<T>(value<T>(x).data(), weight.defined() ? value<T>(weight).data() : nullptr,
-                         bias.defined() ? value<T>(bias).data() : nullptr, R, N, T(eps),
-                         fresh_value<T>(yv).data(), pm, ps);
+      forward_rows<T>(data_of<T>(x), weight.defined() ? data_of<T>(weight) : nullptr,
+                         bias.defined() ? data_of<T>(bias) : nullptr, R, N, T(eps),
+                         fresh_data<T>(yv), pm, ps);
     }
     return yv;
   });

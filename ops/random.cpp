@@ -38,10 +38,10 @@ Tensor multinomial(const Tensor& weights, long num_samples, bool replacement, Rn
                     S = std::size_t(num_samples);
   Shape ys = weights.dim() == 2 ? Shape{rows, S} : Shape{S};
   Tensor y = empty_tensor<std::int64_t>(ys, op);
-  auto& out = fresh_value<std::int64_t>(y);
+  std::int64_t* out = fresh_data<std::int64_t>(y);
   dispatch_float(op, weights.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* pw = value<T>(weights).data();
+    const T* pw = data_of<T>(weights);
     // Every row first: nothing is drawn unless all rows are valid.
     for (std::size_t row = 0; row < rows; ++row) {
       const T* w = pw + row * C;
@@ -65,7 +65,7 @@ Tensor multinomial(const Tensor& weights, long num_samples, bool replacement, Rn
     std::vector<double> c(C), w(C);
     for (std::size_t row = 0; row < rows; ++row) {
       const T* wr = pw + row * C;
-      std::int64_t* yr = out.data() + row * S;
+      std::int64_t* yr = out + row * S;
       if (replacement) {
         cumulative(wr, C, c);
         for (std::size_t j = 0; j < S; ++j) yr[j] = std::int64_t(inverse_cdf(c, rng.uniform()));
@@ -95,10 +95,10 @@ Tensor sample_categorical(const Tensor& logits, Rng& rng, double temperature) {
   Shape ys(logits.shape().begin(), logits.shape().end() - 1);
   const std::size_t rows = numel(ys);
   Tensor y = empty_tensor<std::int64_t>(ys, op);
-  auto& out = fresh_value<std::int64_t>(y);
+  std::int64_t* out = fresh_data<std::int64_t>(y);
   dispatch_float(op, logits.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* pl = value<T>(logits).data();
+    const T* pl = data_of<T>(logits);
     std::vector<double> row_max(rows);
     for (std::size_t row = 0; row < rows; ++row) {  // every row first, as multinomial
       const T* l = pl + row * C;
@@ -119,7 +119,7 @@ Tensor sample_categorical(const Tensor& logits, Rng& rng, double temperature) {
       const T* l = pl + row * C;
       for (std::size_t k = 0; k < C; ++k) p[k] = std::exp((double(l[k]) - row_max[row]) / temperature);
       cumulative(p.data(), C, c);
-      out.data()[row] = std::int64_t(inverse_cdf(c, rng.uniform()));
+      out[row] = std::int64_t(inverse_cdf(c, rng.uniform()));
     }
   });
   return y;

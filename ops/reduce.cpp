@@ -55,7 +55,7 @@ Tensor reduce_sum(const char* op, const Tensor& x, const Shape& K, const Shape& 
                              std::all_of(K.begin(), K.end() - 1, [](std::size_t k) { return k == 1; });
     if (column_sums) {  // (rows, cols) -> (cols), e.g. a bias gradient: column blocks over the threads
       const std::size_t cols = X.back(), rows = cols ? x.numel() / cols : 0;
-      const T* px = value<T>(x).data();
+      const T* px = data_of<T>(x);
       T* py = y.data();
       constexpr std::size_t kCols = 64;
       parallel_for((cols + kCols - 1) / kCols, kCols * rows, [&](std::size_t begin, std::size_t end) {
@@ -65,7 +65,7 @@ Tensor reduce_sum(const char* op, const Tensor& x, const Shape& K, const Shape& 
       });
       return make_tensor(std::move(y));
     }
-    sum_into(value<T>(x).data(), X, y.data(), K);
+    sum_into(data_of<T>(x), X, y.data(), K);
     return make_tensor(std::move(y));
   });
 }
@@ -129,9 +129,9 @@ Tensor max(const Tensor& x, long axis, bool keepdim) {
   const auto s = detail::split_at(x.shape(), ax);
   Tensor y = dispatch_float("max", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* px = value<T>(x).data();
+    const T* px = data_of<T>(x);
     Tensor out = empty_tensor<T>(K, "max");
-    T* po = fresh_value<T>(out).data();
+    T* po = fresh_data<T>(out);
     for (std::size_t o = 0; o < s.outer; ++o)
       for (std::size_t r = 0; r < s.inner; ++r) {
         T m = px[o * s.n * s.inner + r];
@@ -146,10 +146,10 @@ Tensor max(const Tensor& x, long axis, bool keepdim) {
     const Tensor& x = n.input(0);
     Tensor weight = dispatch_float("max", x.dtype(), [&](auto zero) {
       using T = decltype(zero);
-      const T* px = value<T>(x).data();
-      const T* py = value<T>(yk).data();
+      const T* px = data_of<T>(x);
+      const T* py = data_of<T>(yk);
       Tensor w = empty_tensor<T>(x.shape(), "max");
-      T* pw = fresh_value<T>(w).data();
+      T* pw = fresh_data<T>(w);
       for (std::size_t o = 0; o < s.outer; ++o)
         for (std::size_t r = 0; r < s.inner; ++r) {
           std::size_t ties = 0;
@@ -221,13 +221,13 @@ template <class T> void logsumexp_rows(const T* x, const detail::AxisSplit& s, T
 Tensor posinf_rows_to_limit(const Tensor& x, std::size_t axis) {
   const auto s = detail::split_at(x.shape(), axis);
   Tensor mask = empty_tensor<bool>(x.shape(), "logsumexp");
-  bool* pm = fresh_value<bool>(mask).data();
+  bool* pm = fresh_data<bool>(mask);
   Tensor limit = dispatch_float("logsumexp", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T inf = std::numeric_limits<T>::infinity();
-    const T* px = value<T>(x).data();
+    const T* px = data_of<T>(x);
     Tensor c = empty_tensor<T>(x.shape(), "logsumexp");
-    T* pc = fresh_value<T>(c).data();
+    T* pc = fresh_data<T>(c);
     for (std::size_t o = 0; o < s.outer; ++o)
       for (std::size_t r = 0; r < s.inner; ++r) {
         const std::size_t base = o * s.n * s.inner + r;
@@ -254,7 +254,7 @@ Tensor logsumexp_axis(const Tensor& x, std::size_t axis) {
   Tensor y = dispatch_float("logsumexp", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     Tensor out = empty_tensor<T>(K, "logsumexp");
-    logsumexp_rows(value<T>(x).data(), s, fresh_value<T>(out).data(), has_posinf);
+    logsumexp_rows(data_of<T>(x), s, fresh_data<T>(out), has_posinf);
     return out;
   });
   const long ax = long(axis);
@@ -293,7 +293,7 @@ Tensor cumsum_dir(const Tensor& x, std::size_t axis, bool reverse) {
   auto run = [&](auto zero, auto acc_zero) {
     using T = decltype(zero);
     Tensor out = empty_tensor<T>(x.shape(), op);
-    cumsum_rows<T, decltype(acc_zero)>(value<T>(x).data(), s, fresh_value<T>(out).data(), reverse);
+    cumsum_rows<T, decltype(acc_zero)>(data_of<T>(x), s, fresh_data<T>(out), reverse);
     return out;
   };
   if (x.dtype() == DType::Int64) return run(std::int64_t{}, std::uint64_t{});  // wraps, no signed overflow
@@ -374,7 +374,7 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   Tensor y = dispatch_float("broadcast_to", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     Tensor out = empty_tensor<T>(shape, "broadcast_to");
-    broadcast_into(value<T>(x).data(), K, fresh_value<T>(out).data(), shape);
+    broadcast_into(data_of<T>(x), K, fresh_data<T>(out), shape);
     return out;
   });
   return record("broadcast_to", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {

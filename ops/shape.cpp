@@ -1,7 +1,7 @@
 // Shape ops: every gradient routes back through the inverse shape op.
 #include <algorithm>
+#include <cstring>
 #include <numeric>
-
 
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/shape.hpp"
@@ -12,8 +12,7 @@ namespace {
 // can require grad, so only they are ever recorded.
 // f(T{}) with T the element type of x's dtype (float, double, bool or int64_t).
 template <class F> decltype(auto) visit_dtype(const Tensor& x, F&& f) {
-  return std::visit([&](const auto& a) { return f(typename std::decay_t<decltype(a)>::value_type{}); },
-                    static_cast<const ArrayVariant&>(*x.impl()->value));
+  return dispatch_dtype(x.dtype(), std::forward<F>(f));
 }
 }  // namespace
 
@@ -23,13 +22,8 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
   if (check_tensor_size("reshape", shape, x.dtype()) != x.numel())
     throw_error<ShapeError>("reshape", "cannot reshape argument 'x' ", x.shape(), " (", x.numel(), " elements) to ", shape);
   if (shape == x.shape()) return x;
-  Tensor y = std::visit(
-      [&](const auto& a) {
-        auto v = a;
-        v.reshape(shape);
-        return make_tensor(std::move(v));
-      },
-      static_cast<const ArrayVariant&>(*x.impl()->value));
+  Tensor y = empty_tensor(x.dtype(), shape, "reshape");
+  if (x.nbytes()) std::memcpy(y.impl()->value->data, x.raw_data(), x.nbytes());
   return record("reshape", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {reshape(g, n.input(0).shape())};
   });
@@ -68,9 +62,9 @@ Tensor permuted_copy(const char* op, const Tensor& x, const Shape& view, const s
   for (std::size_t k = 0; k < perm.size(); ++k) ys[k] = view[perm[k]], src[k] = vs[perm[k]];
   return visit_dtype(x, [&](auto zero) {
     using T = decltype(zero);
-    const T* px = value<T>(x).data();
+    const T* px = data_of<T>(x);
     Tensor out = empty_tensor<T>(ys, op);
-    T* po = fresh_value<T>(out).data();
+    T* po = fresh_data<T>(out);
     detail::for_each_row(ys, src, src, [&](std::size_t ox, std::size_t, std::size_t oo, std::size_t n,
                                            std::size_t step, std::size_t) {
       if (step == 1) std::copy_n(px + ox, n, po + oo);
@@ -101,11 +95,7 @@ Tensor merge_heads(const Tensor& x) {
   check_rank("merge_heads", "x", x, 4, "(B, H, L, D)");
   const Shape& s = x.shape();
   Tensor y = permuted_copy("merge_heads", x, s, {0, 2, 1, 3});
-  {
-    auto& v = *y.impl()->value;
-    std::visit([&](auto& a) { a.reshape({s[0], s[2], s[1] * s[3]}); }, static_cast<ArrayVariant&>(v));
-    y.impl()->shape = {s[0], s[2], s[1] * s[3]};
-  }
+  y.impl()->shape = {s[0], s[2], s[1] * s[3]};
   const std::size_t H = s[1];
   return record("merge_heads", y, {x}, [H](const Node&, const Tensor& g) -> std::vector<Tensor> {
     return {split_heads(g, H)};
@@ -167,9 +157,9 @@ Tensor narrow(const Tensor& x, long axis, std::size_t start, std::size_t length)
   const auto s = detail::split_at(x.shape(), ax);
   Tensor y = visit_dtype(x, [&](auto zero) {
     using T = decltype(zero);
-    const T* px = value<T>(x).data();
+    const T* px = data_of<T>(x);
     Tensor out = empty_tensor<T>(ys, "narrow");
-    T* po = fresh_value<T>(out).data();
+    T* po = fresh_data<T>(out);
     for (std::size_t o = 0; o < s.outer; ++o)
       std::copy_n(px + (o * s.n + start) * s.inner, length * s.inner, po + o * length * s.inner);
     return out;
@@ -204,9 +194,9 @@ Tensor unnarrow(const Tensor& x, long axis, std::size_t start, std::size_t size)
   const auto s = detail::split_at(x.shape(), ax);
   Tensor y = visit_dtype(x, [&](auto zero) {
     using T = decltype(zero);
-    const T* px = value<T>(x).data();
+    const T* px = data_of<T>(x);
     Tensor out = empty_tensor<T>(ys, "unnarrow");
-    T* po = fresh_value<T>(out).data();
+    T* po = fresh_data<T>(out);
     std::fill_n(po, out.numel(), T(0));
     for (std::size_t o = 0; o < s.outer; ++o)
       std::copy_n(px + o * m * s.inner, m * s.inner, po + (o * size + start) * s.inner);
@@ -241,10 +231,10 @@ Tensor concat(const std::vector<Tensor>& xs, long axis) {
   Tensor y = visit_dtype(xs[0], [&](auto zero) {
     using T = decltype(zero);
     Tensor out = empty_tensor<T>(ys, "concat");
-    T* po = fresh_value<T>(out).data();
+    T* po = fresh_data<T>(out);
     std::size_t offset = 0;
     for (std::size_t k = 0; k < xs.size(); ++k) {
-      const T* px = value<T>(xs[k]).data();
+      const T* px = data_of<T>(xs[k]);
       for (std::size_t o = 0; o < s.outer; ++o)
         std::copy_n(px + o * sizes[k] * s.inner, sizes[k] * s.inner, po + (o * s.n + offset) * s.inner);
       offset += sizes[k];

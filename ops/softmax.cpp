@@ -75,8 +75,8 @@ Tensor softmax_forward(const char* op, const Tensor& x, const Tensor* mask, std:
     using T = decltype(zero);
     Tensor y = empty_tensor<T>(x.shape(), op);
     if (x.numel() == 0) return y;
-    softmax_rows<T>(value<T>(x).data(), mask ? mask->data<bool>() : nullptr, ms, x.shape(), axis,
-                    fresh_value<T>(y).data(), log_out);
+    softmax_rows<T>(data_of<T>(x), mask ? mask->data<bool>() : nullptr, ms, x.shape(), axis,
+                    fresh_data<T>(y), log_out);
     return y;
   });
 }
@@ -93,10 +93,10 @@ Tensor softmax_backward(const Tensor& y, const Tensor& g, long axis) {
   const auto s = detail::split_at(y.shape(), ax);
   Tensor dx = dispatch_float("softmax_backward", y.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* py = value<T>(y).data();
-    const T* pg = value<T>(g).data();
+    const T* py = data_of<T>(y);
+    const T* pg = data_of<T>(g);
     Tensor out = empty_tensor<T>(y.shape(), "softmax_backward");
-    T* po = fresh_value<T>(out).data();
+    T* po = fresh_data<T>(out);
     if (y.numel() == 0) return out;
     for (std::size_t o = 0; o < s.outer; ++o)
       for (std::size_t r = 0; r < s.inner; ++r) {

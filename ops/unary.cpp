@@ -183,9 +183,9 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
   const double lo = min ? *min : -INFINITY, hi = max ? *max : INFINITY;
   Tensor y = dispatch_float("clamp", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* px = value<T>(x).data();
+    const T* px = data_of<T>(x);
     Tensor out = empty_tensor<T>(x.shape(), "clamp");
-    T* po = fresh_value<T>(out).data();
+    T* po = fresh_data<T>(out);
     for (std::size_t i = 0; i < x.numel(); ++i) {
       T v = px[i];
       if (v < T(lo)) v = T(lo);
@@ -220,11 +220,11 @@ Tensor gelu(const Tensor& x, GeluApproximation approximate) {
   Tensor slope;
   Tensor y = dispatch_float("gelu", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* px = value<T>(x).data();
+    const T* px = data_of<T>(x);
     Tensor out = empty_tensor<T>(x.shape(), "gelu");
     if (keep_slope) slope = empty_tensor<T>(x.shape(), "gelu");
-    T* po = fresh_value<T>(out).data();
-    T* pdy = keep_slope ? fresh_value<T>(slope).data() : nullptr;
+    T* po = fresh_data<T>(out);
+    T* pdy = keep_slope ? fresh_data<T>(slope) : nullptr;
     if constexpr (std::is_same_v<T, float>) {
       if (exact && keep_slope) gelu_and_slope_f32(px, po, pdy, x.numel());
       else if (exact) gelu_f32(px, po, x.numel());
@@ -260,10 +260,10 @@ Tensor gelu_backward(const Tensor& x, const Tensor& g, GeluApproximation approxi
   const bool exact = approximate == GeluApproximation::None;
   Tensor dx = dispatch_float("gelu_backward", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* px = value<T>(x).data();
-    const T* pg = value<T>(g).data();
+    const T* px = data_of<T>(x);
+    const T* pg = data_of<T>(g);
     Tensor out = empty_tensor<T>(x.shape(), "gelu_backward");
-    T* po = fresh_value<T>(out).data();
+    T* po = fresh_data<T>(out);
     if constexpr (std::is_same_v<T, float>) {
       if (exact) gelu_backward_f32(px, pg, po, x.numel());
     }

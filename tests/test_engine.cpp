@@ -14,6 +14,8 @@
 #include "xgrad/ops/reduce.hpp"
 #include "xgrad/ops/softmax.hpp"
 #include "xgrad/ops/unary.hpp"
+#include <xtensor/xbroadcast.hpp>
+#include <xtensor/xmath.hpp>
 
 using namespace xgrad;
 using test::allclose;
@@ -331,19 +333,58 @@ BOOST_AUTO_TEST_CASE(tensor_storage_is_aligned_to_64_bytes_from_512_bytes) {
   BOOST_CHECK_THROW(alloc.allocate(std::size_t(-1) / 2), MemoryError);  // never std::bad_alloc
 }
 
-// make_tensor takes a given shape over (the op's own Shape, no copy) only when it is the
-// container's; an empty one means "copy the container's".
-BOOST_AUTO_TEST_CASE(make_tensor_takes_over_a_matching_shape_and_rejects_another) {
+// make_tensor evaluates an xtensor expression into a new tensor of its shape and element type
+// (a container's values are copied: the tensor does not alias it); sizes are checked under the
+// op name given.
+BOOST_AUTO_TEST_CASE(make_tensor_evaluates_an_expression_into_a_new_tensor) {
   auto a = empty_array<float>({2, 3});
   std::fill(a.begin(), a.end(), 1.5f);
-  Tensor t = make_tensor(std::move(a), Shape{2, 3});
+  Tensor t = make_tensor(a);
+  a(0, 0) = 7.0f;  // a copy
   BOOST_TEST(t.shape() == (Shape{2, 3}), boost::test_tools::per_element());
+  BOOST_TEST(t.dtype() == DType::Float32);
   BOOST_TEST(t.to_vector() == std::vector<double>(6, 1.5), boost::test_tools::per_element());
-  Tensor s = make_tensor(empty_array<double>({}), Shape{});  // 0-d: empty means "the container's"
+  BOOST_TEST(t.version() == 0u);
+
+  Tensor x = tensor({1, -2, 3, -4, 5, -6}, {2, 3}, DType::Float64);
+  Tensor y = make_tensor(xt::abs(value<double>(x)) + value<double>(tensor({10, 20, 30}, {3}, DType::Float64)));
+  BOOST_TEST(y.dtype() == DType::Float64);
+  BOOST_TEST(y.shape() == (Shape{2, 3}), boost::test_tools::per_element());
+  BOOST_TEST(y.to_vector() == (std::vector<double>{11, 22, 33, 14, 25, 36}), boost::test_tools::per_element());
+  Tensor b = make_tensor(value<double>(x) > 0.0);  // bool
+  BOOST_TEST(b.dtype() == DType::Bool);
+  BOOST_TEST(b.to_vector() == (std::vector<double>{1, 0, 1, 0, 1, 0}), boost::test_tools::per_element());
+  Tensor s = make_tensor(empty_array<double>({}));  // 0-d
   BOOST_TEST(s.dim() == 0u);
   BOOST_TEST(s.numel() == 1u);
-  BOOST_CHECK_THROW(make_tensor(empty_array<float>({2, 3}), Shape{3, 2}), std::logic_error);
-  BOOST_CHECK_THROW(make_tensor(empty_array<float>({2, 3}), Shape{2, 3, 1}), std::logic_error);
+  Tensor e = make_tensor(empty_array<std::int64_t>({3, 0}));  // no elements
+  BOOST_TEST(e.dtype() == DType::Int64);
+  BOOST_TEST(e.shape() == (Shape{3, 0}), boost::test_tools::per_element());
+  BOOST_TEST(e.raw_data() == nullptr);
+
+  const std::size_t big = std::size_t(1) << 21;  // 2^42 elements: past 2^40, nothing allocated
+  try {
+    make_tensor(xt::broadcast(value<double>(scalar(1.0, DType::Float64)), std::vector<std::size_t>{big, big}), "probe");
+    BOOST_FAIL("no ValueError");
+  } catch (const ValueError& err) {
+    BOOST_TEST(std::string(err.what()).find("probe") != std::string::npos);
+  }
+}
+
+// The op-code accessors check the element type against the dtype: reading a float32 tensor as
+// float64 is a bug in the op (std::logic_error naming both), never a reinterpretation.
+BOOST_AUTO_TEST_CASE(op_accessors_check_the_element_type) {
+  Tensor x = tensor({1, 2}, {2});
+  BOOST_TEST(data_of<float>(x)[1] == 2.0f);
+  BOOST_TEST(value<float>(x)(1) == 2.0f);
+  try {
+    (void)data_of<double>(x);
+    BOOST_FAIL("no logic_error");
+  } catch (const std::logic_error& err) {
+    BOOST_TEST(std::string(err.what()) == "xgrad op code read a float32 tensor as float64");
+  }
+  BOOST_CHECK_THROW((void)fresh_data<std::int64_t>(x), std::logic_error);
+  BOOST_CHECK_THROW((void)value<bool>(x), std::logic_error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "helpers.hpp"
+#include "xgrad/framework/array.hpp"
 #include "xgrad/framework/errors.hpp"
 #include "xgrad/framework/runtime.hpp"
 #include "xgrad/framework/tensor.hpp"
@@ -25,6 +26,7 @@
 #include "xgrad/ops/matmul.hpp"
 #include "xgrad/ops/reduce.hpp"
 #include "xgrad/ops/shape.hpp"
+#include <xtensor/xbroadcast.hpp>
 
 using namespace xgrad;
 
@@ -226,13 +228,20 @@ BOOST_AUTO_TEST_CASE(limit_is_settable_and_checked) {
 }
 
 BOOST_AUTO_TEST_CASE(allocator_backstop_is_a_memory_error) {
-  // An xtensor expression evaluated outside the ops' checks still goes through the tensor
-  // allocator, which refuses buffers over the limit with MemoryError (never std::bad_alloc).
   LimitGuard guard;
   set_max_tensor_bytes(4096);
   Tensor m = bool_tensor(std::vector<bool>(64, false), {64});
-  expect_error<MemoryError>([&] { expand_mask("probe", m, {128, 64}); }, "allocate",
-                            {"8192 elements of 1 bytes", "max_tensor_bytes() = 4096"});
+  // An op's xtensor expression is evaluated into a tensor checked under the op's name.
+  expect_error<MemoryError>([&] { expand_mask("probe", m, {128, 64}); }, "probe",
+                            {"bool tensor of shape (128, 64)", "max_tensor_bytes() = 4096"});
+  // One evaluated into a container outside the ops' checks still goes through the tensor
+  // allocator, which refuses buffers over the limit with MemoryError (never std::bad_alloc).
+  expect_error<MemoryError>(
+      [&] {
+        xt::xarray<bool> a = xt::broadcast(value<bool>(m), std::vector<std::size_t>{128, 64});
+        (void)a;
+      },
+      "allocate", {"8192 elements of 1 bytes", "max_tensor_bytes() = 4096"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()

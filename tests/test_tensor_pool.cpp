@@ -111,11 +111,11 @@ BOOST_AUTO_TEST_CASE(blocks_freed_on_another_thread_join_its_cache) {
 BOOST_AUTO_TEST_CASE(tensors_made_from_reused_blocks_are_new_tensors) {
   const void* first = nullptr;
   {
-    Tensor t = make_tensor(empty_array<float>({4, 4}));
+    Tensor t = empty_tensor<float>({4, 4});
     first = t.raw_data();
     t.bump_version();
   }
-  Tensor t = make_tensor(empty_array<float>({4, 4}));
+  Tensor t = empty_tensor<float>({4, 4});
   if (kOn) BOOST_TEST(t.raw_data() == first);
   BOOST_TEST(t.version() == 0u);
   BOOST_TEST(t.shape() == (Shape{4, 4}), boost::test_tools::per_element());
