@@ -46,27 +46,27 @@ template <class T> void broadcast_into(const T* x, const Shape& K, T* out, const
 // Sums x over the dims where K has 1 and X does not; result has shape `out_shape`
 // (K itself or K with some 1s dropped: same element order).
 Tensor reduce_sum(const char* op, const Tensor& x, const Shape& K, const Shape& out_shape) {
-  check_tensor_size(op, out_shape, x.dtype());  // (0, 2^64-1) summed over axis 0: too large, not bad_alloc
   return dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    xt::xarray<T> y = xt::zeros<T>(out_shape);
+    Tensor y = empty_tensor<T>(out_shape, op);
+    T* py = fresh_data<T>(y);
+    std::fill_n(py, y.numel(), T(0));
     const Shape& X = x.shape();
     const bool column_sums = X.size() >= 2 && K.back() == X.back() &&
                              std::all_of(K.begin(), K.end() - 1, [](std::size_t k) { return k == 1; });
     if (column_sums) {  // (rows, cols) -> (cols), e.g. a bias gradient: column blocks over the threads
       const std::size_t cols = X.back(), rows = cols ? x.numel() / cols : 0;
       const T* px = data_of<T>(x);
-      T* py = y.data();
       constexpr std::size_t kCols = 64;
       parallel_for((cols + kCols - 1) / kCols, kCols * rows, [&](std::size_t begin, std::size_t end) {
         const std::size_t c0 = begin * kCols, c1 = std::min(cols, end * kCols);
         for (std::size_t r = 0; r < rows; ++r)
           for (std::size_t j = c0; j < c1; ++j) py[j] += px[r * cols + j];
       });
-      return make_tensor(std::move(y));
+      return y;
     }
-    sum_into(data_of<T>(x), X, y.data(), K);
-    return make_tensor(std::move(y));
+    sum_into(data_of<T>(x), X, py, K);
+    return y;
   });
 }
 
