@@ -87,7 +87,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 
 // y = -x;  dx = -g
 Tensor neg(const Tensor& x) {
-  Tensor y = detail::map_float("neg", x, [](const auto& v, auto) { return -v; });
+  Tensor y = detail::map_float("neg", x, [](auto v) { return -v; });
   return record("neg", y, {x}, [](const Node&, const Tensor& g) -> std::vector<Tensor> {
     return {neg(g)};
   });
@@ -95,7 +95,7 @@ Tensor neg(const Tensor& x) {
 
 // y = x + s;  dx = g
 Tensor add_scalar(const Tensor& x, double s) {
-  Tensor y = detail::map_float("add_scalar", x, [s](const auto& v, auto t) { return v + decltype(t)(s); });
+  Tensor y = detail::map_float("add_scalar", x, [s](auto v) { return v + decltype(v)(s); });
   return record("add_scalar", y, {x}, [](const Node&, const Tensor& g) -> std::vector<Tensor> {
     return {g};
   });
@@ -103,7 +103,7 @@ Tensor add_scalar(const Tensor& x, double s) {
 
 // y = x * s;  dx = g * s
 Tensor mul_scalar(const Tensor& x, double s) {
-  Tensor y = detail::map_float("mul_scalar", x, [s](const auto& v, auto t) { return v * decltype(t)(s); });
+  Tensor y = detail::map_float("mul_scalar", x, [s](auto v) { return v * decltype(v)(s); });
   return record("mul_scalar", y, {x}, [s](const Node&, const Tensor& g) -> std::vector<Tensor> {
     return {mul_scalar(g, s)};
   });
@@ -111,7 +111,7 @@ Tensor mul_scalar(const Tensor& x, double s) {
 
 // y = x^p;  dx = g * p * x^(p-1)   (p = 0: dx = 0; p = 1: dx = g)
 Tensor pow(const Tensor& x, double p) {
-  Tensor y = detail::map_float("pow", x, [p](const auto& v, auto t) { return xt::pow(v, decltype(t)(p)); });
+  Tensor y = detail::map_float("pow", x, [p](auto v) { return std::pow(v, decltype(v)(p)); });
   return record("pow", y, {x}, [p](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     if (p == 0.0) return {zeros(g.shape(), g.dtype())};
     if (p == 1.0) return {g};

@@ -1,5 +1,6 @@
 // Masks and selection. Masks are Bool tensors; true = masked.
 #include <cmath>
+#include <cstdint>
 
 #include "xgrad/ops/detail.hpp"  // before xtensor headers (array.hpp sets xtensor's allocator)
 
@@ -38,7 +39,19 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double fill) {
   Tensor m = expand_mask("masked_fill", mask, x.shape());
   Tensor y = dispatch_float("masked_fill", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    return make_tensor(xt::where(value<bool>(m), T(fill), value<T>(x)), "masked_fill");
+    // m has x's shape (expand_mask). Its bools read as bytes and x read unconditionally: GCC then
+    // vectorises the loop into a blend (on bool loads it gave up, and its branch mispredicts on
+    // random masks: ~4 ns per element).
+    const auto* pm = reinterpret_cast<const std::uint8_t*>(data_of<bool>(m));
+    const T* px = data_of<T>(x);
+    Tensor out = empty_tensor<T>(x.shape(), "masked_fill");
+    T* po = fresh_data<T>(out);
+    const T f = T(fill);
+    for (std::size_t i = 0, n = out.numel(); i < n; ++i) {
+      const T v = px[i];
+      po[i] = pm[i] != 0 ? f : v;
+    }
+    return out;
   });
   return record(
       "masked_fill", y, {x, m},
@@ -87,7 +100,11 @@ Tensor logical_and(const Tensor& a, const Tensor& b) {
 }
 Tensor logical_not(const Tensor& a) {
   check_bool("logical_not", "a", a);
-  return make_tensor(!value<bool>(a), "logical_not");
+  const bool* pa = data_of<bool>(a);
+  Tensor y = empty_tensor<bool>(a.shape(), "logical_not");
+  bool* py = fresh_data<bool>(y);
+  for (std::size_t i = 0, n = y.numel(); i < n; ++i) py[i] = !pa[i];
+  return y;
 }
 
 // --- registration ----------------------------------------------------------------------

@@ -89,7 +89,7 @@ Tensor gelu_second_derivative(const Tensor& x, GeluApproximation approximate) {
 
 // dx = g * y
 Tensor exp(const Tensor& x) {
-  Tensor y = map_float("exp", x, [](const auto& v, auto) { return xt::exp(v); });
+  Tensor y = map_float("exp", x, [](auto v) { return std::exp(v); });
   return record("exp", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {mul(g, n.output())};
   });
@@ -97,7 +97,7 @@ Tensor exp(const Tensor& x) {
 
 // dx = g / x
 Tensor log(const Tensor& x) {
-  Tensor y = map_float("log", x, [](const auto& v, auto) { return xt::log(v); });
+  Tensor y = map_float("log", x, [](auto v) { return std::log(v); });
   return record("log", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {div(g, n.input(0))};
   });
@@ -105,7 +105,7 @@ Tensor log(const Tensor& x) {
 
 // dx = g * 0.5 / y
 Tensor sqrt(const Tensor& x) {
-  Tensor y = map_float("sqrt", x, [](const auto& v, auto) { return xt::sqrt(v); });
+  Tensor y = map_float("sqrt", x, [](auto v) { return std::sqrt(v); });
   return record("sqrt", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {div(mul_scalar(g, 0.5), n.output())};
   });
@@ -113,7 +113,7 @@ Tensor sqrt(const Tensor& x) {
 
 // y = x^(-1/2);  dx = g * (-0.5) * y^3
 Tensor rsqrt(const Tensor& x) {
-  Tensor y = map_float("rsqrt", x, [](const auto& v, auto t) { return decltype(t)(1) / xt::sqrt(v); });
+  Tensor y = map_float("rsqrt", x, [](auto v) { return decltype(v)(1) / std::sqrt(v); });
   return record("rsqrt", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     Tensor y = n.output();
     return {mul(g, mul_scalar(mul(y, mul(y, y)), -0.5))};
@@ -122,7 +122,7 @@ Tensor rsqrt(const Tensor& x) {
 
 // dx = g * (1 - y^2)
 Tensor tanh(const Tensor& x) {
-  Tensor y = map_float("tanh", x, [](const auto& v, auto) { return xt::tanh(v); });
+  Tensor y = map_float("tanh", x, [](auto v) { return std::tanh(v); });
   return record("tanh", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     Tensor y = n.output();
     return {sub(g, mul(g, mul(y, y)))};
@@ -131,9 +131,9 @@ Tensor tanh(const Tensor& x) {
 
 // y = 1 / (1 + e^-x);  dx = g * y * (1 - y)
 Tensor sigmoid(const Tensor& x) {
-  Tensor y = map_float("sigmoid", x, [](const auto& v, auto t) {
-    using T = decltype(t);
-    return T(1) / (T(1) + xt::exp(-v));
+  Tensor y = map_float("sigmoid", x, [](auto v) {
+    using T = decltype(v);
+    return T(1) / (T(1) + std::exp(-v));
   });
   return record("sigmoid", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     Tensor y = n.output();
@@ -143,11 +143,11 @@ Tensor sigmoid(const Tensor& x) {
 
 // dx = g * [x > 0]   ([x > 0] is a constant: relu'' = 0 almost everywhere)
 Tensor relu(const Tensor& x) {
-  Tensor y = map_float("relu", x, [](const auto& v, auto t) { return xt::maximum(v, decltype(t)(0)); });
+  Tensor y = map_float("relu", x, [](auto v) { return v > 0 ? v : decltype(v)(0); });
   return record("relu", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
-    Tensor step = map_float("relu", n.input(0), [](const auto& v, auto t) {
-      using T = decltype(t);
-      return xt::where(v > T(0), T(1), T(0));
+    Tensor step = map_float("relu", n.input(0), [](auto v) {
+      using T = decltype(v);
+      return v > T(0) ? T(1) : T(0);
     });
     return {mul(g, step)};
   });
@@ -155,7 +155,7 @@ Tensor relu(const Tensor& x) {
 
 // dx = g * 2/sqrt(pi) * exp(-x^2)
 Tensor erf(const Tensor& x) {
-  Tensor y = map_float("erf", x, [](const auto& v, auto) { return xt::erf(v); });
+  Tensor y = map_float("erf", x, [](auto v) { return std::erf(v); });
   return record("erf", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     const Tensor& x = n.input(0);
     return {mul(g, mul_scalar(exp(neg(mul(x, x))), kTwoOverSqrtPi))};
@@ -164,11 +164,11 @@ Tensor erf(const Tensor& x) {
 
 // y = |x|;  dx = g * sign(x)   (sign(0) = 0; a constant: abs'' = 0 away from 0)
 Tensor abs(const Tensor& x) {
-  Tensor y = map_float("abs", x, [](const auto& v, auto) { return xt::abs(v); });
+  Tensor y = map_float("abs", x, [](auto v) { return std::abs(v); });
   return record("abs", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
-    Tensor sign = map_float("abs", n.input(0), [](const auto& v, auto t) {
-      using T = decltype(t);
-      return xt::where(v > T(0), T(1), xt::where(v < T(0), T(-1), T(0)));
+    Tensor sign = map_float("abs", n.input(0), [](auto v) {
+      using T = decltype(v);
+      return v > T(0) ? T(1) : (v < T(0) ? T(-1) : T(0));
     });
     return {mul(g, sign)};
   });
@@ -195,9 +195,9 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
     return out;
   });
   return record("clamp", y, {x}, [lo, hi](const Node& n, const Tensor& g) -> std::vector<Tensor> {
-    Tensor pass = map_float("clamp", n.input(0), [lo, hi](const auto& v, auto t) {
-      using T = decltype(t);
-      return xt::where(v >= T(lo) && v <= T(hi), T(1), T(0));
+    Tensor pass = map_float("clamp", n.input(0), [lo, hi](auto v) {
+      using T = decltype(v);
+      return v >= T(lo) && v <= T(hi) ? T(1) : T(0);
     });
     return {mul(g, pass)};
   });
