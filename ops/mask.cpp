@@ -1,11 +1,10 @@
 // Masks and selection. Masks are Bool tensors; true = masked.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
-#include "xgrad/ops/detail.hpp"  // before xtensor headers (array.hpp sets xtensor's allocator)
-
-#include <xtensor/xbroadcast.hpp>
-
+#include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/mask.hpp"
 #include "xgrad/ops/reduce.hpp"
 
@@ -19,6 +18,17 @@ void check_bool(const char* op, const char* arg, const Tensor& t) {
                             t.shape());
 }
 
+// A mask's bools as bytes (0 or 1): GCC vectorises loops that read and write uint8_t, and gives
+// up on bool loads (then a branch per element, which mispredicts on random masks: ~4 ns each).
+const std::uint8_t* mask_bytes(const Tensor& mask) { return reinterpret_cast<const std::uint8_t*>(data_of<bool>(mask)); }
+std::uint8_t* fresh_mask_bytes(const Tensor& mask) { return reinterpret_cast<std::uint8_t*>(fresh_data<bool>(mask)); }
+
+// Element strides of an operand of `shape` broadcast to `full` (0 along broadcast dims), for
+// detail::for_each_row.
+std::vector<std::size_t> strides_in(const Shape& shape, const Shape& full) {
+  return detail::broadcast_strides(detail::pad_left(shape, full.size()), full);
+}
+
 }  // namespace
 
 void check_mask_fits(const char* op, const Tensor& mask, const Shape& shape) {
@@ -30,7 +40,17 @@ void check_mask_fits(const char* op, const Tensor& mask, const Shape& shape) {
 Tensor expand_mask(const char* op, const Tensor& mask, const Shape& shape) {
   check_mask_fits(op, mask, shape);
   if (mask.shape() == shape) return mask;
-  return make_tensor(xt::broadcast(value<bool>(mask), shape), op);
+  const std::uint8_t* pm = mask_bytes(mask);
+  Tensor y = empty_tensor<bool>(shape, op);
+  std::uint8_t* py = fresh_mask_bytes(y);
+  const auto sm = strides_in(mask.shape(), shape);
+  detail::for_each_row(shape, sm, sm, [&](std::size_t om, std::size_t, std::size_t oy, std::size_t n, std::size_t step,
+                                          std::size_t) {
+    if (step == 0) std::fill_n(py + oy, n, pm[om]);
+    else
+      for (std::size_t i = 0; i < n; ++i) py[oy + i] = pm[om + i * step];
+  });
+  return y;
 }
 
 // y = mask ? fill : x;  dx = masked_fill(g, mask, 0)
@@ -39,10 +59,8 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double fill) {
   Tensor m = expand_mask("masked_fill", mask, x.shape());
   Tensor y = dispatch_float("masked_fill", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    // m has x's shape (expand_mask). Its bools read as bytes and x read unconditionally: GCC then
-    // vectorises the loop into a blend (on bool loads it gave up, and its branch mispredicts on
-    // random masks: ~4 ns per element).
-    const auto* pm = reinterpret_cast<const std::uint8_t*>(data_of<bool>(m));
+    // m has x's shape (expand_mask); x read unconditionally, so the loop vectorises to a blend
+    const std::uint8_t* pm = mask_bytes(m);
     const T* px = data_of<T>(x);
     Tensor out = empty_tensor<T>(x.shape(), "masked_fill");
     T* po = fresh_data<T>(out);
@@ -65,9 +83,29 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   check_same_float("where", "a", a, "b", b);
   Shape ys = detail::broadcast_shapes("where", "a", a.shape(), "b", b.shape());
   ys = detail::broadcast_shapes("where", "cond", cond.shape(), "a, b", ys);
+  const Tensor c = expand_mask("where", cond, ys);
   Tensor y = dispatch_float("where", a.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    return make_tensor(xt::where(value<bool>(cond), value<T>(a), value<T>(b)), "where");
+    const std::uint8_t* pc = mask_bytes(c);  // ys, row-major: indexed like the output
+    const T* pa = data_of<T>(a);
+    const T* pb = data_of<T>(b);
+    Tensor out = empty_tensor<T>(ys, "where");
+    T* po = fresh_data<T>(out);
+    detail::for_each_row(ys, strides_in(a.shape(), ys), strides_in(b.shape(), ys),
+                         [&](std::size_t oa, std::size_t ob, std::size_t oo, std::size_t n, std::size_t ta,
+                             std::size_t tb) {
+                           if (ta == 1 && tb == 1)  // both read unconditionally: a blend
+                             for (std::size_t i = 0; i < n; ++i) {
+                               const T va = pa[oa + i], vb = pb[ob + i];
+                               po[oo + i] = pc[oo + i] != 0 ? va : vb;
+                             }
+                           else
+                             for (std::size_t i = 0; i < n; ++i) {
+                               const T va = pa[oa + i * ta], vb = pb[ob + i * tb];
+                               po[oo + i] = pc[oo + i] != 0 ? va : vb;
+                             }
+                         });
+    return out;
   });
   return record("where", y, {a, b, cond}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     const Tensor& cond = n.input(2);
@@ -89,21 +127,33 @@ Tensor causal_mask(std::size_t T, std::size_t S, CausalAlign align) {
 template <class Fn> static Tensor logical(const char* op, const Tensor& a, const Tensor& b, Fn fn) {
   check_bool(op, "a", a);
   check_bool(op, "b", b);
-  detail::broadcast_shapes(op, "a", a.shape(), "b", b.shape());
-  return make_tensor(fn(value<bool>(a), value<bool>(b)), op);
+  const Shape Y = detail::broadcast_shapes(op, "a", a.shape(), "b", b.shape());
+  const std::uint8_t* pa = mask_bytes(a);
+  const std::uint8_t* pb = mask_bytes(b);
+  Tensor y = empty_tensor<bool>(Y, op);
+  std::uint8_t* py = fresh_mask_bytes(y);
+  detail::for_each_row(Y, strides_in(a.shape(), Y), strides_in(b.shape(), Y),
+                       [&](std::size_t oa, std::size_t ob, std::size_t oy, std::size_t n, std::size_t ta, std::size_t tb) {
+                         if (ta == 1 && tb == 1)
+                           for (std::size_t i = 0; i < n; ++i) py[oy + i] = fn(pa[oa + i], pb[ob + i]);
+                         else
+                           for (std::size_t i = 0; i < n; ++i) py[oy + i] = fn(pa[oa + i * ta], pb[ob + i * tb]);
+                       });
+  return y;
 }
+// On bytes 0 or 1, | and & are or and and, and give 0 or 1.
 Tensor logical_or(const Tensor& a, const Tensor& b) {
-  return logical("logical_or", a, b, [](const auto& x, const auto& y) { return x || y; });
+  return logical("logical_or", a, b, [](std::uint8_t x, std::uint8_t y) { return std::uint8_t(x | y); });
 }
 Tensor logical_and(const Tensor& a, const Tensor& b) {
-  return logical("logical_and", a, b, [](const auto& x, const auto& y) { return x && y; });
+  return logical("logical_and", a, b, [](std::uint8_t x, std::uint8_t y) { return std::uint8_t(x & y); });
 }
 Tensor logical_not(const Tensor& a) {
   check_bool("logical_not", "a", a);
-  const bool* pa = data_of<bool>(a);
+  const std::uint8_t* pa = mask_bytes(a);
   Tensor y = empty_tensor<bool>(a.shape(), "logical_not");
-  bool* py = fresh_data<bool>(y);
-  for (std::size_t i = 0, n = y.numel(); i < n; ++i) py[i] = !pa[i];
+  std::uint8_t* py = fresh_mask_bytes(y);
+  for (std::size_t i = 0, n = y.numel(); i < n; ++i) py[i] = std::uint8_t(pa[i] ^ 1u);
   return y;
 }
 
