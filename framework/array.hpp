@@ -1,4 +1,6 @@
-// xgrad/framework/array.hpp — the storage behind a Tensor, for op authors.
+// xgrad/framework/array.hpp — the storage behind a Tensor, for op authors: raw pointers to a
+// tensor's values (data_of, fresh_data), xtensor views of them (value, fresh_value) and
+// make_tensor for an xtensor expression's result.
 //
 // This is the one header that brings in xtensor. Include it in op implementation files
 // (.cpp), not in headers users include everywhere.

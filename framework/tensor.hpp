@@ -1,9 +1,9 @@
 // xgrad/framework/tensor.hpp — the tensor handle.
 //
 // A Tensor is a cheap, shared handle (like torch.Tensor): copying it shares the value.
-// The value is an xtensor container owned by the implementation; this header keeps
-// xtensor out so that including it is cheap. Op authors who need the container include
-// xgrad/framework/array.hpp.
+// The value is one row-major buffer owned by the implementation; this header keeps xtensor
+// out so that including it is cheap. Op authors who need the values (as pointers or as
+// xtensor expressions) include xgrad/framework/array.hpp.
 //
 // dtypes: Float32 and Float64 are differentiable; Bool (masks) and Int64 (indices) are
 // not. Every op is written once as a template over the float type and dispatched at run
