@@ -74,6 +74,10 @@ using Tile = void (*)(const TileArgs& t);
 struct Tiling {
   Tile tile;
   std::size_t rows, cols;  // R, W
+  // For a panel's last tile when it has at most tail_rows rows: a tile of tail_rows x W, so that
+  // fewer repeated rows are computed (M = 64 in 6-row tiles: 10 + one 4-row tile, not 66 rows).
+  Tile tail = nullptr;
+  std::size_t tail_rows = 0;
 };
 
 template <std::size_t R, std::size_t W>
@@ -238,7 +242,9 @@ struct Tilings {
 };
 #ifdef XGRAD_TILED_GEMM_X86
 const Tilings kTilings_avx512{{tile_avx512<8, 1>, 8, 16}, {tile_avx512<8, 1>, 8, 16}, {tile_avx512<8, 2>, 8, 32}};
-const Tilings kTilings_avx2{{tile_avx2<4, 2>, 4, 16}, {tile_avx2<6, 2>, 6, 16}, {tile_avx2<6, 2>, 6, 16}};
+const Tilings kTilings_avx2{{tile_avx2<4, 2>, 4, 16},
+                            {tile_avx2<6, 2>, 6, 16, tile_avx2<4, 2>, 4},
+                            {tile_avx2<6, 2>, 6, 16, tile_avx2<4, 2>, 4}};
 #endif
 const Tilings kTilings_baseline{{tile_baseline<4, 16>, 4, 16}, {tile_baseline<4, 16>, 4, 16},
                                 {tile_baseline<4, 16>, 4, 16}};
@@ -275,7 +281,7 @@ void run_tiles(const Tiling& tl, bool trans_a, std::size_t M, std::size_t N, std
           const TileArgs t{a,   ka,   Bk + k0 * ldb + j0, ldb, kn, alpha, beta, C + i0 * ldc + j0, ldc,
                            std::min(R, M - i0), std::min(W, N - j0), chunked ? partial.get() + (i0 - p0) * ldp + j0 : nullptr,
                            ldp, k0 == 0, k0 + kn >= K, bias ? bias + j0 : nullptr};
-          tl.tile(t);
+          (t.rows <= tl.tail_rows ? tl.tail : tl.tile)(t);
         }
     }
 }
