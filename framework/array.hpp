@@ -181,7 +181,7 @@ template <> constexpr DType dtype_of<bool>() { return DType::Bool; }
 template <> constexpr DType dtype_of<std::int64_t>() { return DType::Int64; }
 
 namespace detail {
-// std::logic_error "op code read a float32 tensor as float64": T does not match t.dtype().
+// std::logic_error "xgrad op code read a float32 tensor as float64": T is not t.dtype()'s type.
 [[noreturn]] void wrong_element_type(DType requested, DType actual);
 template <class T> void check_element_type(const Tensor& t) {
   if (t.impl()->dtype != dtype_of<T>()) wrong_element_type(dtype_of<T>(), t.impl()->dtype);
@@ -219,7 +219,11 @@ template <class T> ArrayView<T> array_view(T* p, const Shape& shape) {
 }
 template <class T> ArrayView<const T> value(const Tensor& t) { return array_view(data_of<T>(t), t.shape()); }
 template <class T> ArrayView<T> fresh_value(const Tensor& t) { return array_view(fresh_data<T>(t), t.shape()); }
-template <class T> ArrayView<T> mutable_value(const Tensor& t) { return array_view(t.mutable_data<T>(), t.shape()); }
+template <class T> ArrayView<T> mutable_value(const Tensor& t) {
+  T* p = fresh_data<T>(t);  // the element type checked first, then the version bumped
+  t.bump_version();
+  return array_view(p, t.shape());
+}
 
 namespace detail {
 // check_tensor_size's fast path, inline in every op's output: numel(shape) when no dimension is

@@ -385,6 +385,14 @@ BOOST_AUTO_TEST_CASE(op_accessors_check_the_element_type) {
   }
   BOOST_CHECK_THROW((void)fresh_data<std::int64_t>(x), std::logic_error);
   BOOST_CHECK_THROW((void)value<bool>(x), std::logic_error);
+  // mutable_value: a writable view that bumps the version (not on a type mismatch).
+  const auto before = x.version();
+  auto v = mutable_value<float>(x);
+  v(1) = 5.0f;
+  BOOST_TEST(x.version() == before + 1);
+  BOOST_TEST(x.to_vector() == (std::vector<double>{1, 5}), boost::test_tools::per_element());
+  BOOST_CHECK_THROW((void)mutable_value<double>(x), std::logic_error);
+  BOOST_TEST(x.version() == before + 1);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
