@@ -96,7 +96,7 @@ struct MaskView {
 };
 
 std::array<std::size_t, 4> strides4(const Shape& s, const Shape& full) {
-  const auto v = detail::broadcast_strides(detail::pad_left(s, 4), full);
+  const auto v = detail::broadcast_strides(s, full);
   return {v[0], v[1], v[2], v[3]};
 }
 

@@ -47,8 +47,8 @@ Tensor compare_tensors(const char* op, Cmp c, const Tensor& a, const Tensor& b) 
     using T = decltype(zero);
     const T* pa = data_of<T>(a);
     const T* pb = data_of<T>(b);
-    const auto sa = detail::broadcast_strides(detail::pad_left(a.shape(), Y.size()), Y);
-    const auto sb = detail::broadcast_strides(detail::pad_left(b.shape(), Y.size()), Y);
+    const auto sa = detail::broadcast_strides(a.shape(), Y);
+    const auto sb = detail::broadcast_strides(b.shape(), Y);
     with_cmp(c, [&](auto cc) {
       constexpr Cmp C = decltype(cc)::value;
       detail::for_each_row(Y, sa, sb, [&](std::size_t oa, std::size_t ob, std::size_t oy, std::size_t n,

@@ -142,10 +142,11 @@ AxisSplit split_at(const Shape& shape, std::size_t axis) {
 }
 
 std::vector<std::size_t> broadcast_strides(const Shape& shape, const Shape& full) {
-  std::vector<std::size_t> st(shape.size(), 0);
+  const std::size_t lead = full.size() - shape.size();  // shape's missing leading dims: stride 0
+  std::vector<std::size_t> st(full.size(), 0);
   std::size_t s = 1;
   for (std::size_t d = shape.size(); d-- > 0;) {
-    st[d] = (shape[d] == 1 && full[d] != 1) ? 0 : s;
+    st[lead + d] = (shape[d] == 1 && full[lead + d] != 1) ? 0 : s;
     s *= shape[d];
   }
   return st;

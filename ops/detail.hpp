@@ -38,8 +38,9 @@ struct AxisSplit {
 };
 AxisSplit split_at(const Shape& shape, std::size_t axis);
 
-// Row-major strides of `shape`, with 0 where `shape` is broadcast (size 1) against the
-// same-rank `full` shape (used to walk a broadcast operand while iterating `full`).
+// Row-major strides of `shape`, with 0 where `shape` is broadcast against `full` (a size-1 dim,
+// or a leading dim `shape` lacks: its rank may be lower), one per dim of `full` (used to walk
+// a broadcast operand while iterating `full`).
 std::vector<std::size_t> broadcast_strides(const Shape& shape, const Shape& full);
 
 // `shape` left-padded with 1s to `rank` dimensions.

@@ -28,8 +28,8 @@ Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b, Fn fn) {
       });
       return y;
     }
-    const auto sa = detail::broadcast_strides(detail::pad_left(a.shape(), Y.size()), Y);
-    const auto sb = detail::broadcast_strides(detail::pad_left(b.shape(), Y.size()), Y);
+    const auto sa = detail::broadcast_strides(a.shape(), Y);
+    const auto sb = detail::broadcast_strides(b.shape(), Y);
     detail::for_each_row(Y, sa, sb, [&](std::size_t oa, std::size_t ob, std::size_t oy, std::size_t n,
                                         std::size_t ta, std::size_t tb) {
       if (ta == 1 && tb == 1)

@@ -20,14 +20,10 @@ void check_bool(const char* op, const char* arg, const Tensor& t) {
 
 // A mask's bools as bytes (0 or 1): GCC vectorises loops that read and write uint8_t, and gives
 // up on bool loads (then a branch per element, which mispredicts on random masks: ~4 ns each).
-const std::uint8_t* mask_bytes(const Tensor& mask) { return reinterpret_cast<const std::uint8_t*>(data_of<bool>(mask)); }
-std::uint8_t* fresh_mask_bytes(const Tensor& mask) { return reinterpret_cast<std::uint8_t*>(fresh_data<bool>(mask)); }
-
-// Element strides of an operand of `shape` broadcast to `full` (0 along broadcast dims), for
-// detail::for_each_row.
-std::vector<std::size_t> strides_in(const Shape& shape, const Shape& full) {
-  return detail::broadcast_strides(detail::pad_left(shape, full.size()), full);
+const std::uint8_t* mask_bytes(const Tensor& mask) {
+  return reinterpret_cast<const std::uint8_t*>(data_of<bool>(mask));
 }
+std::uint8_t* fresh_mask_bytes(const Tensor& mask) { return reinterpret_cast<std::uint8_t*>(fresh_data<bool>(mask)); }
 
 }  // namespace
 
@@ -43,7 +39,7 @@ Tensor expand_mask(const char* op, const Tensor& mask, const Shape& shape) {
   const std::uint8_t* pm = mask_bytes(mask);
   Tensor y = empty_tensor<bool>(shape, op);
   std::uint8_t* py = fresh_mask_bytes(y);
-  const auto sm = strides_in(mask.shape(), shape);
+  const auto sm = detail::broadcast_strides(mask.shape(), shape);
   detail::for_each_row(shape, sm, sm, [&](std::size_t om, std::size_t, std::size_t oy, std::size_t n, std::size_t step,
                                           std::size_t) {
     if (step == 0) std::fill_n(py + oy, n, pm[om]);
@@ -98,7 +94,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
       }
       return out;
     }
-    detail::for_each_row(ys, strides_in(a.shape(), ys), strides_in(b.shape(), ys),
+    detail::for_each_row(ys, detail::broadcast_strides(a.shape(), ys), detail::broadcast_strides(b.shape(), ys),
                          [&](std::size_t oa, std::size_t ob, std::size_t oo, std::size_t n, std::size_t ta,
                              std::size_t tb) {
                            if (ta == 1 && tb == 1)  // both read unconditionally: a blend
@@ -143,8 +139,9 @@ template <class Fn> static Tensor logical(const char* op, const Tensor& a, const
     for (std::size_t i = 0, n = y.numel(); i < n; ++i) py[i] = fn(pa[i], pb[i]);
     return y;
   }
-  detail::for_each_row(Y, strides_in(a.shape(), Y), strides_in(b.shape(), Y),
-                       [&](std::size_t oa, std::size_t ob, std::size_t oy, std::size_t n, std::size_t ta, std::size_t tb) {
+  detail::for_each_row(Y, detail::broadcast_strides(a.shape(), Y), detail::broadcast_strides(b.shape(), Y),
+                       [&](std::size_t oa, std::size_t ob, std::size_t oy, std::size_t n, std::size_t ta,
+                           std::size_t tb) {
                          if (ta == 1 && tb == 1)
                            for (std::size_t i = 0; i < n; ++i) py[oy + i] = fn(pa[oa + i], pb[ob + i]);
                          else

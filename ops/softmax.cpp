@@ -69,7 +69,7 @@ Tensor softmax_forward(const char* op, const Tensor& x, const Tensor* mask, std:
   std::vector<std::size_t> ms;
   if (mask) {
     check_mask_fits(op, *mask, x.shape());
-    ms = detail::broadcast_strides(detail::pad_left(mask->shape(), x.dim()), x.shape());
+    ms = detail::broadcast_strides(mask->shape(), x.shape());
   }
   return dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
