@@ -1,20 +1,13 @@
 // Shape ops: every gradient routes back through the inverse shape op.
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/shape.hpp"
 
 namespace xgrad {
-namespace {
-// Shape ops move values of any dtype (Int64 indices and Bool masks too); only float inputs
-// can require grad, so only they are ever recorded.
-// f(T{}) with T the element type of x's dtype (float, double, bool or int64_t).
-template <class F> decltype(auto) visit_dtype(const Tensor& x, F&& f) {
-  return dispatch_dtype(x.dtype(), std::forward<F>(f));
-}
-}  // namespace
+// Shape ops move values of any dtype (Int64 indices and Bool masks too, through
+// dispatch_dtype); only float inputs can require grad, so only they are ever recorded.
 
 // y = x viewed as `shape` (a copy);  dx = reshape(g, X). Masks and indices reshape too.
 Tensor reshape(const Tensor& x, const Shape& shape) {
@@ -22,8 +15,8 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
   if (check_tensor_size("reshape", shape, x.dtype()) != x.numel())
     throw_error<ShapeError>("reshape", "cannot reshape argument 'x' ", x.shape(), " (", x.numel(), " elements) to ", shape);
   if (shape == x.shape()) return x;
-  Tensor y = empty_tensor(x.dtype(), shape, "reshape");
-  if (x.nbytes()) std::memcpy(y.impl()->value->data, x.raw_data(), x.nbytes());
+  Tensor y = x.clone();  // the same bytes, new storage
+  y.impl()->shape = shape;
   return record("reshape", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     return {reshape(g, n.input(0).shape())};
   });
@@ -54,13 +47,13 @@ Tensor squeeze(const Tensor& x, long axis) {
 
 namespace {
 // x's data viewed with shape `view` (same number of elements), axes permuted: output axis k
-// is view axis perm[k]. One pass; rows are copied with memcpy when the last axis stays.
+// is view axis perm[k]. One pass; whole rows are copied when the last axis stays.
 Tensor permuted_copy(const char* op, const Tensor& x, const Shape& view, const std::vector<std::size_t>& perm) {
   Shape ys(perm.size());
   std::vector<std::size_t> src(perm.size());  // x's stride for each output axis
   const auto vs = detail::contiguous_strides(view);
   for (std::size_t k = 0; k < perm.size(); ++k) ys[k] = view[perm[k]], src[k] = vs[perm[k]];
-  return visit_dtype(x, [&](auto zero) {
+  return dispatch_dtype(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = data_of<T>(x);
     Tensor out = empty_tensor<T>(ys, op);
@@ -155,7 +148,7 @@ Tensor narrow(const Tensor& x, long axis, std::size_t start, std::size_t length)
   Shape ys = x.shape();
   ys[ax] = length;
   const auto s = detail::split_at(x.shape(), ax);
-  Tensor y = visit_dtype(x, [&](auto zero) {
+  Tensor y = dispatch_dtype(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = data_of<T>(x);
     Tensor out = empty_tensor<T>(ys, "narrow");
@@ -192,7 +185,7 @@ Tensor unnarrow(const Tensor& x, long axis, std::size_t start, std::size_t size)
   Shape ys = x.shape();
   ys[ax] = size;
   const auto s = detail::split_at(x.shape(), ax);
-  Tensor y = visit_dtype(x, [&](auto zero) {
+  Tensor y = dispatch_dtype(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = data_of<T>(x);
     Tensor out = empty_tensor<T>(ys, "unnarrow");
@@ -228,7 +221,7 @@ Tensor concat(const std::vector<Tensor>& xs, long axis) {
     ys[ax] += sizes.back();
   }
   const auto s = detail::split_at(ys, ax);
-  Tensor y = visit_dtype(xs[0], [&](auto zero) {
+  Tensor y = dispatch_dtype(xs[0].dtype(), [&](auto zero) {
     using T = decltype(zero);
     Tensor out = empty_tensor<T>(ys, "concat");
     T* po = fresh_data<T>(out);
