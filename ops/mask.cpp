@@ -25,6 +25,15 @@ const std::uint8_t* mask_bytes(const Tensor& mask) {
 }
 std::uint8_t* fresh_mask_bytes(const Tensor& mask) { return reinterpret_cast<std::uint8_t*>(fresh_data<bool>(mask)); }
 
+// out[i] = c[i] ? a(i) : b(i) for i < n. Both sides are read unconditionally, so with unit
+// strides the loop vectorises to a blend (masked_fill, where).
+template <class T, class A, class B> void select(const std::uint8_t* c, A a, B b, T* out, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const T va = a(i), vb = b(i);
+    out[i] = c[i] != 0 ? va : vb;
+  }
+}
+
 }  // namespace
 
 void check_mask_fits(const char* op, const Tensor& mask, const Shape& shape) {
@@ -55,16 +64,11 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double fill) {
   Tensor m = expand_mask("masked_fill", mask, x.shape());
   Tensor y = dispatch_float("masked_fill", x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    // m has x's shape (expand_mask); x read unconditionally, so the loop vectorises to a blend
-    const std::uint8_t* pm = mask_bytes(m);
     const T* px = data_of<T>(x);
-    Tensor out = empty_tensor<T>(x.shape(), "masked_fill");
-    T* po = fresh_data<T>(out);
     const T f = T(fill);
-    for (std::size_t i = 0, n = out.numel(); i < n; ++i) {
-      const T v = px[i];
-      po[i] = pm[i] != 0 ? f : v;
-    }
+    Tensor out = empty_tensor<T>(x.shape(), "masked_fill");
+    select(mask_bytes(m), [f](std::size_t) { return f; }, [px](std::size_t i) { return px[i]; },  // m has x's shape
+           fresh_data<T>(out), out.numel());
     return out;
   });
   return record(
@@ -87,26 +91,19 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     const T* pb = data_of<T>(b);
     Tensor out = empty_tensor<T>(ys, "where");
     T* po = fresh_data<T>(out);
+    const auto unit = [](const T* p) { return [p](std::size_t i) { return p[i]; }; };
     if (a.shape() == ys && b.shape() == ys) {  // no broadcasting: one row (for_each_row's stride vectors cost ~40 ns)
-      for (std::size_t i = 0, n = out.numel(); i < n; ++i) {
-        const T va = pa[i], vb = pb[i];
-        po[i] = pc[i] != 0 ? va : vb;
-      }
+      select(pc, unit(pa), unit(pb), po, out.numel());
       return out;
     }
     detail::for_each_row(ys, detail::broadcast_strides(a.shape(), ys), detail::broadcast_strides(b.shape(), ys),
                          [&](std::size_t oa, std::size_t ob, std::size_t oo, std::size_t n, std::size_t ta,
                              std::size_t tb) {
-                           if (ta == 1 && tb == 1)  // both read unconditionally: a blend
-                             for (std::size_t i = 0; i < n; ++i) {
-                               const T va = pa[oa + i], vb = pb[ob + i];
-                               po[oo + i] = pc[oo + i] != 0 ? va : vb;
-                             }
+                           if (ta == 1 && tb == 1)
+                             select(pc + oo, unit(pa + oa), unit(pb + ob), po + oo, n);
                            else
-                             for (std::size_t i = 0; i < n; ++i) {
-                               const T va = pa[oa + i * ta], vb = pb[ob + i * tb];
-                               po[oo + i] = pc[oo + i] != 0 ? va : vb;
-                             }
+                             select(pc + oo, [p = pa + oa, ta](std::size_t i) { return p[i * ta]; },
+                                    [p = pb + ob, tb](std::size_t i) { return p[i * tb]; }, po + oo, n);
                          });
     return out;
   });
