@@ -125,7 +125,8 @@ XGRAD_TARGET_AVX512 inline __attribute__((always_inline)) void tile_avx512_body(
   const float* ar[R];
   XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) ar[r] = t.a[r];
   const float* b = t.b;
-  for (std::size_t k = 0, at = 0; k < t.K; ++k, at += t.ka, b += t.ldb) {
+  const std::size_t K = t.K, ka = t.ka, ldb = t.ldb;  // in registers: not re-read from t every k
+  for (std::size_t k = 0, at = 0; k < K; ++k, at += ka, b += ldb) {
     __m512 bk[V];
     XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) bk[v] =
         Masked ? _mm512_maskz_loadu_ps(m[v], b + 16 * v) : _mm512_loadu_ps(b + 16 * v);
@@ -184,7 +185,8 @@ XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_avx2_body(cons
   const float* ar[R];
   XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) ar[r] = t.a[r];
   const float* b = t.b;
-  for (std::size_t k = 0, at = 0; k < t.K; ++k, at += t.ka, b += t.ldb) {
+  const std::size_t K = t.K, ka = t.ka, ldb = t.ldb;  // in registers: not re-read from t every k
+  for (std::size_t k = 0, at = 0; k < K; ++k, at += ka, b += ldb) {
     __m256 bk[V];
     XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) bk[v] =
         Masked ? _mm256_maskload_ps(b + 8 * v, m[v]) : _mm256_loadu_ps(b + 8 * v);
@@ -296,12 +298,20 @@ void transpose_baseline(std::size_t rows, std::size_t cols, const float* src, st
         for (std::size_t j = j0, j1 = std::min(cols, j0 + kBlock); j < j1; ++j) dst[j * ldd + i] = src[i * lds + j];
 }
 #ifdef XGRAD_TILED_GEMM_X86
+// Block order of the register transposes below: the shorter side inner, so that a run of
+// blocks reads or writes whole rows of the longer side and touches only `shorter side` lines of
+// the other, which stay in L1 for the next run. Source rows outer when a (512, 64) K is packed
+// into K^T; destination rows outer when dK^T (64, 512) is stored into dK at a 6 KiB row stride,
+// where source rows outer wrote 32 bytes into each of 512 destination lines per run (18 GB/s
+// on a Zen 3, against 49 GB/s for the K^T pack).
 // 8 x 8 blocks in registers (unpack, shuffle, lane permute); the edges as the baseline.
 XGRAD_TARGET_AVX2 void transpose_avx2(std::size_t rows, std::size_t cols, const float* src, std::size_t lds,
                                       float* dst, std::size_t ldd) {
   const std::size_t r8 = rows / 8 * 8, c8 = cols / 8 * 8;
-  for (std::size_t i0 = 0; i0 < r8; i0 += 8)
-    for (std::size_t j0 = 0; j0 < c8; j0 += 8) {
+  const bool rows_outer = c8 <= r8;  // the shorter side inner (block_order)
+  for (std::size_t o = 0, no = rows_outer ? r8 : c8, ni = rows_outer ? c8 : r8; o < no; o += 8)
+    for (std::size_t in = 0; in < ni; in += 8) {
+      const std::size_t i0 = rows_outer ? o : in, j0 = rows_outer ? in : o;
       const float* s = src + i0 * lds + j0;
       __m256 r[8], t[8];
       for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(s + i * lds);
@@ -326,8 +336,10 @@ XGRAD_TARGET_AVX2 void transpose_avx2(std::size_t rows, std::size_t cols, const 
 XGRAD_TARGET_AVX512 void transpose_avx512(std::size_t rows, std::size_t cols, const float* src, std::size_t lds,
                                           float* dst, std::size_t ldd) {
   const std::size_t r16 = rows / 16 * 16, c16 = cols / 16 * 16;
-  for (std::size_t i0 = 0; i0 < r16; i0 += 16)
-    for (std::size_t j0 = 0; j0 < c16; j0 += 16) {
+  const bool rows_outer = c16 <= r16;  // the shorter side inner (block_order)
+  for (std::size_t o = 0, no = rows_outer ? r16 : c16, ni = rows_outer ? c16 : r16; o < no; o += 16)
+    for (std::size_t in = 0; in < ni; in += 16) {
+      const std::size_t i0 = rows_outer ? o : in, j0 = rows_outer ? in : o;
       const float* s = src + i0 * lds + j0;
       __m512 r[16], t[16];
       for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(s + i * lds);
