@@ -475,9 +475,10 @@ void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const 
   parallel_for(d.B * d.H, head_cost(d), [&](std::size_t begin, std::size_t end) {
     const auto scratch =  // uninitialised
         detail::aligned_buffer<T>(saved ? 0 : std::min(kRowBlock, d.T) * panel_stride(d.S));
-    // K^T (D, c_all) and V (c_all, Dv), packed
-    const std::size_t ldk = panel_stride(d.S), ldv = panel_stride(d.Dv);
-    const auto kt = detail::aligned_buffer<T>(d.D * ldk), vr = detail::aligned_buffer<T>(d.S * ldv);
+    // K^T (D, c_all) and V (c_all, Dv), packed; a row block's Q (r, D)
+    const std::size_t ldk = panel_stride(d.S), ldv = panel_stride(d.Dv), ldq = panel_stride(d.D);
+    const auto kt = detail::aligned_buffer<T>(d.D * ldk), vr = detail::aligned_buffer<T>(d.S * ldv),
+               qb = detail::aligned_buffer<T>(std::min(kRowBlock, d.T) * ldq);
     for (std::size_t bh = begin; bh < end; ++bh) {
       const std::size_t b = bh / d.H, h = bh % d.H, t_end = query_end(d, m, b);
       for (std::size_t i = t_end; i < d.T; ++i) {  // skipped padding queries: nothing visible
@@ -491,7 +492,8 @@ void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const 
         const std::size_t r1 = std::min(t_end, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, b, r1);
         T* const P = saved ? saved + (bh * d.T + r0) * panel_stride(d.S) : scratch.get();
         const std::size_t ldp = saved ? panel_stride(d.S) : panel_stride(c);
-        head_gemm<T>(false, r, c, d.D, scale, q.at(b, h, r0), q.ld, kt.get(), ldk, T(0), P, ldp);
+        const auto [qp, ldqp] = head_rows(q, b, h, r0, r, qb.get(), ldq);
+        head_gemm<T>(false, r, c, d.D, scale, qp, ldqp, kt.get(), ldk, T(0), P, ldp);
         softmax_rows(P, ldp, r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
         head_gemm<T>(false, r, d.Dv, c, T(1), P, ldp, vp, ldvp, T(0), out.at(b, h, r0), out.ld);
       }
@@ -546,8 +548,10 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
         const auto [dO, lddo] = head_rows(dout, b, h, r0, r, dob.get(), ldv);
         const T* Pr = saved ? saved + (bh * d.T + r0) * panel_stride(d.S) : P.get();
         const std::size_t ldp = saved ? panel_stride(d.S) : panel_stride(c), ldg = panel_stride(c);
+        const auto [qp, ldqp] = !saved || dk.base ? head_rows(q, b, h, r0, r, qb.get(), ldk)
+                                                  : std::pair<const T*, std::size_t>{};
         if (!saved) {
-          head_gemm<T>(false, r, c, d.D, scale, q.at(b, h, r0), q.ld, kt.get(), ldt, T(0), P.get(), ldp);
+          head_gemm<T>(false, r, c, d.D, scale, qp, ldqp, kt.get(), ldt, T(0), P.get(), ldp);
           probs_rows(P.get(), ldp, r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
         }
         if (dv.base && transposed_grads) head_gemm<T>(true, d.Dv, c, r, T(1), dO, lddo, Pr, ldp, beta, dvt.get(), ldt);
@@ -557,7 +561,6 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
         softmax_grad_rows(Pr, ldp, dP.get(), ldg, r, c);
         if (dq.base) head_gemm<T>(false, r, d.D, c, scale, dP.get(), ldg, kp, ldkp, T(0), dq.at(b, h, r0), dq.ld);
         if (!dk.base) continue;
-        const auto [qp, ldqp] = head_rows(q, b, h, r0, r, qb.get(), ldk);
         if (transposed_grads) head_gemm<T>(true, d.D, c, r, scale, qp, ldqp, dP.get(), ldg, beta, dkt.get(), ldt);
         else head_gemm<T>(true, c, d.D, r, scale, dP.get(), ldg, qp, ldqp, beta, dk.at(b, h), dk.ld);
       }
