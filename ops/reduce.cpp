@@ -39,7 +39,12 @@ template <class T> void broadcast_into(const T* x, const Shape& K, T* out, const
   detail::for_each_row(X, detail::broadcast_strides(K, X), detail::broadcast_strides(K, X),
                        [&](std::size_t ox, std::size_t, std::size_t oo, std::size_t n, std::size_t step,
                            std::size_t) {
-                         for (std::size_t i = 0; i < n; ++i) out[oo + i] = x[ox + i * step];
+                         if (step == 0) {  // a broadcast dim: a fill of a local copy (vectorised)
+                           const T v = x[ox];
+                           std::fill_n(out + oo, n, v);
+                         } else if (step == 1) std::copy_n(x + ox, n, out + oo);
+                         else
+                           for (std::size_t i = 0; i < n; ++i) out[oo + i] = x[ox + i * step];
                        });
 }
 
