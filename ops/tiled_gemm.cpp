@@ -308,7 +308,7 @@ void transpose_baseline(std::size_t rows, std::size_t cols, const float* src, st
 XGRAD_TARGET_AVX2 void transpose_avx2(std::size_t rows, std::size_t cols, const float* src, std::size_t lds,
                                       float* dst, std::size_t ldd) {
   const std::size_t r8 = rows / 8 * 8, c8 = cols / 8 * 8;
-  const bool rows_outer = c8 <= r8;  // the shorter side inner (block_order)
+  const bool rows_outer = c8 <= r8;  // the shorter side inner (the block order above)
   for (std::size_t o = 0, no = rows_outer ? r8 : c8, ni = rows_outer ? c8 : r8; o < no; o += 8)
     for (std::size_t in = 0; in < ni; in += 8) {
       const std::size_t i0 = rows_outer ? o : in, j0 = rows_outer ? in : o;
@@ -336,7 +336,7 @@ XGRAD_TARGET_AVX2 void transpose_avx2(std::size_t rows, std::size_t cols, const 
 XGRAD_TARGET_AVX512 void transpose_avx512(std::size_t rows, std::size_t cols, const float* src, std::size_t lds,
                                           float* dst, std::size_t ldd) {
   const std::size_t r16 = rows / 16 * 16, c16 = cols / 16 * 16;
-  const bool rows_outer = c16 <= r16;  // the shorter side inner (block_order)
+  const bool rows_outer = c16 <= r16;  // the shorter side inner (the block order above)
   for (std::size_t o = 0, no = rows_outer ? r16 : c16, ni = rows_outer ? c16 : r16; o < no; o += 16)
     for (std::size_t in = 0; in < ni; in += 16) {
       const std::size_t i0 = rows_outer ? o : in, j0 = rows_outer ? in : o;
