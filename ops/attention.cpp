@@ -20,9 +20,9 @@
 //     O  = X V                                     (r, Dv)   head_gemm
 //   backward, upstream dO (r, Dv)
 //     P  = exp(scale Q K^T + float_mask - m) l     (r, c)    head_gemm + one pass: the forward's bits
-//     dV^T += dO^T P                               (Dv, c)   head_gemm, summed over row blocks
 //     dP = dO V^T                                  (r, c)    head_gemm
 //     dS = P * (dP - rowsum(dP * P))               (r, c)    softmax backward (in dP)
+//     dV^T += dO^T P                               (Dv, c)   head_gemm, summed over row blocks
 //     dQ = scale dS K                              (r, D)    head_gemm
 //     dK^T += scale Q^T dS                         (D, c)    head_gemm, summed over row blocks
 //   and dK, dV stored from dK^T, dV^T once per head; with at most 16 keys, dV += P^T dO and
@@ -554,11 +554,16 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
           head_gemm<T>(false, r, c, d.D, scale, qp, ldqp, kt.get(), ldt, T(0), P.get(), ldp);
           probs_rows(P.get(), ldp, r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
         }
+        // dS before dV^T: the softmax backward is the first to read the kept probabilities, row
+        // by row, and dV^T's GEMM then finds them in cache instead of missing on 64 row streams
+        // at once (large, per call: dV^T 10.2 -> 7.6 ms, the softmax backward 1.3 -> 3.6 ms).
+        if (dq.base || dk.base) {
+          head_gemm<T>(false, r, c, d.Dv, T(1), dO, lddo, vt.get(), ldt, T(0), dP.get(), ldg);
+          softmax_grad_rows(Pr, ldp, dP.get(), ldg, r, c);
+        }
         if (dv.base && transposed_grads) head_gemm<T>(true, d.Dv, c, r, T(1), dO, lddo, Pr, ldp, beta, dvt.get(), ldt);
         if (dv.base && !transposed_grads) head_gemm<T>(true, c, d.Dv, r, T(1), Pr, ldp, dO, lddo, beta, dv.at(b, h), dv.ld);
         if (!dq.base && !dk.base) continue;
-        head_gemm<T>(false, r, c, d.Dv, T(1), dO, lddo, vt.get(), ldt, T(0), dP.get(), ldg);
-        softmax_grad_rows(Pr, ldp, dP.get(), ldg, r, c);
         if (dq.base) head_gemm<T>(false, r, d.D, c, scale, dP.get(), ldg, kp, ldkp, T(0), dq.at(b, h, r0), dq.ld);
         if (!dk.base) continue;
         if (transposed_grads) head_gemm<T>(true, d.D, c, r, scale, qp, ldqp, dP.get(), ldg, beta, dkt.get(), ldt);
