@@ -475,10 +475,12 @@ void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const 
   parallel_for(d.B * d.H, head_cost(d), [&](std::size_t begin, std::size_t end) {
     const auto scratch =  // uninitialised
         detail::aligned_buffer<T>(saved ? 0 : std::min(kRowBlock, d.T) * panel_stride(d.S));
-    // K^T (D, c_all) and V (c_all, Dv), packed; a row block's Q (r, D)
+    // K^T (D, c_all) and V (c_all, Dv), packed; a row block's Q (r, D), none when every block
+    // has at most 16 rows (head_rows reads those in place)
     const std::size_t ldk = panel_stride(d.S), ldv = panel_stride(d.Dv), ldq = panel_stride(d.D);
+    const std::size_t rows = std::min(kRowBlock, d.T);
     const auto kt = detail::aligned_buffer<T>(d.D * ldk), vr = detail::aligned_buffer<T>(d.S * ldv),
-               qb = detail::aligned_buffer<T>(std::min(kRowBlock, d.T) * ldq);
+               qb = detail::aligned_buffer<T>(rows > 16 ? rows * ldq : 0);
     for (std::size_t bh = begin; bh < end; ++bh) {
       const std::size_t b = bh / d.H, h = bh % d.H, t_end = query_end(d, m, b);
       for (std::size_t i = t_end; i < d.T; ++i) {  // skipped padding queries: nothing visible
