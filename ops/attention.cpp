@@ -199,7 +199,7 @@ template <>
 XGRAD_FASTMATH_INLINE float exp_shifted<float>(float d) {
   constexpr float kLow = -87.0f;  // e^-87 = 1.6e-38, still a normal float
   const bool low = d < kLow;
-  return fastmath::impl::select(low, 0.0f, fastmath::fast_expf(fastmath::impl::select(low, kLow, d)));
+  return fastmath::impl::select(low, 0.0f, fastmath::fast_expf_nonpositive(fastmath::impl::select(low, kLow, d)));
 }
 
 // x[j] = exp(x[j] - mx); returns the sum (vectorised inside softmax_rows' float32 variants):
