@@ -519,11 +519,12 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
     const auto kt = detail::aligned_buffer<T>(saved ? 0 : d.D * ldt), vt = detail::aligned_buffer<T>(d.Dv * ldt),
                kr = detail::aligned_buffer<T>(d.S * ldk);
     // dK^T (D, c_all) and dV^T (Dv, c_all), summed over the row blocks and then stored
-    // transposed; a row block's Q (r, D) and dO (r, Dv)
-    const std::size_t ldv = panel_stride(d.Dv), rows = std::min(kRowBlock, d.T);
+    // transposed; a row block's Q (r, D) and dO (r, Dv), none when every block has at most 16
+    // rows (head_rows reads those in place)
+    const std::size_t ldv = panel_stride(d.Dv), rows = std::min(kRowBlock, d.T), panel_rows = rows > 16 ? rows : 0;
     const auto dkt = detail::aligned_buffer<T>(dk.base ? d.D * ldt : 0),
-               dvt = detail::aligned_buffer<T>(dv.base ? d.Dv * ldt : 0), qb = detail::aligned_buffer<T>(rows * ldk),
-               dob = detail::aligned_buffer<T>(rows * ldv);
+               dvt = detail::aligned_buffer<T>(dv.base ? d.Dv * ldt : 0),
+               qb = detail::aligned_buffer<T>(panel_rows * ldk), dob = detail::aligned_buffer<T>(panel_rows * ldv);
     for (std::size_t bh = begin; bh < end; ++bh) {
       const std::size_t b = bh / d.H, h = bh % d.H, t_end = query_end(d, m, b);
       // Row blocks from the last: its keys [0, c) include every earlier block's, so its
