@@ -767,13 +767,15 @@ std::array<Tensor, 3> composite_backward(const Tensor& q, const Tensor& k, const
 
 // Whether the forward keeps the (B, H, T, S) probabilities for the backward (saving it one
 // GEMM and one exp per score) instead of only the row statistics: when they take at most
-// kKeptProbabilitiesBytes (and fit max_tensor_bytes()). Decided from shapes and that limit
-// only, and the backward's probabilities have the same bits either way, so the choice never
-// changes a result; memory stays linear in T above the bound.
+// kKeptProbabilitiesBytes and their tensor (rows padded to panel_stride(S)) fits
+// max_tensor_bytes(). Decided from shapes and that limit only, and the backward's
+// probabilities have the same bits either way, so the choice never changes a result; memory
+// stays linear in T above the bound.
 constexpr std::size_t kKeptProbabilitiesBytes = std::size_t(32) << 20;
 bool keep_probabilities(const Dims& d, std::size_t itemsize) {
-  const double bytes = double(d.B) * double(d.H) * double(d.T) * double(d.S) * double(itemsize);
-  return bytes <= double(std::min(kKeptProbabilitiesBytes, max_tensor_bytes()));
+  const double rows = double(d.B) * double(d.H) * double(d.T) * double(itemsize);
+  return rows * double(d.S) <= double(kKeptProbabilitiesBytes) &&
+         rows * double(panel_stride(d.S)) <= double(max_tensor_bytes());
 }
 // Whether record_fused will record a node for these inputs (else nothing is kept).
 bool recording(const std::vector<Tensor>& inputs) {
