@@ -333,6 +333,14 @@ UnpaddedRows UnpaddedRows::of(const Tensor& m) {
     if (!pad[i]) index.push_back(std::int64_t(i));
   const std::size_t n = index.size();
   r.index = index_tensor(std::move(index), {n});
+  bool trailing = true;
+  for (std::size_t b = 0; b < r.batch && trailing; ++b) {
+    std::size_t len = 0;
+    while (len < r.length && !pad[b * r.length + len]) ++len;
+    for (std::size_t t = len; t < r.length; ++t) trailing = trailing && pad[b * r.length + t];
+    r.lengths.push_back(len);
+  }
+  if (!trailing) r.lengths.clear();
   return r;
 }
 
@@ -376,6 +384,11 @@ AttentionOutput MultiHeadAttention::forward_unpadded(const Tensor& x, const Unpa
   }
   AttentionMasks masks = attention_masks(op, opt.attn_mask, rows.key_padding_mask, opt.is_causal,
                                          {B, num_heads, T, T}, dt);
+  if (!rows.lengths.empty()) {  // right padding: x (N, E) -> qkv (N, 3E) -> attention (N, E), in place
+    masks.key_padding_mask = Tensor();
+    const Tensor qkv = linear(x, in_proj_weight, in_proj_bias);
+    return {out_proj.forward(attention_packed_rows(qkv, rows.lengths, T, num_heads, masks)), Tensor()};
+  }
   masks.skip_padded_queries = true;  // pack_rows drops the padding rows of the output
   // x (N, E) -> qkv (N, 3E) -> zero padding rows (B, T, 3E) -> attention (B, T, E) -> (N, E)
   const Tensor qkv = rows.unpack_rows(linear(x, in_proj_weight, in_proj_bias));

@@ -81,6 +81,10 @@ struct UnpaddedRows {
   Tensor index;
   Tensor key_padding_mask;  // a copy of the (B, T) mask
   std::size_t batch = 0, length = 0;
+  // When every batch's padding is trailing (positions [0, L_b) real, the rest padding): L_b per
+  // batch, and the rows are attention_packed_rows' layout (MultiHeadAttention::forward_unpadded
+  // then attends on them in place); empty otherwise.
+  std::vector<std::size_t> lengths;
 };
 
 // torch::nn::MultiheadAttentionOptions: required embed_dim, num_heads; the rest by name.

@@ -35,6 +35,8 @@
 // is the exact one-pass softmax and its GEMMs keep long key extents).
 // (b, h) pairs run in parallel_for. Under create_graph the backward is instead composed of
 // differentiable xgrad ops (composite_backward) so it can be differentiated again.
+// attention_packed_rows runs the same kernels on a qkv of packed rows (batch b's rows l < L_b
+// at first_row[b] + l, HeadView): key_end = t_end = L_b, so no padding row is read or written.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -51,6 +53,7 @@
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/fastmath.hpp"
+#include "xgrad/ops/index.hpp"
 #include "xgrad/ops/isa.hpp"
 #include "xgrad/ops/mask.hpp"
 #include "xgrad/ops/matmul.hpp"
@@ -66,18 +69,25 @@ struct Dims {
   std::size_t B = 0, H = 0, T = 0, S = 0, D = 0, Dv = 0;
 };
 
-// Element (b, l, h, c) of a (B, L, H*width) operand: base[b * batch_stride + l * ld + h * width + c].
+// Element (b, l, h, c) of a (B, L, H*width) operand: base[b * batch_stride + l * ld + h * width + c];
+// of an (N, H*width) operand of packed rows (attention_packed_rows): base[(first_row[b] + l) * ld
+// + h * width + c], where only batch b's rows l < L_b exist.
 template <class P>
 struct HeadView {
   P* base = nullptr;
   std::size_t ld = 0, batch_stride = 0, width = 0;
+  const std::size_t* first_row = nullptr;  // (B) with packed rows, else null
   P* at(std::size_t b, std::size_t h, std::size_t row = 0) const {
-    return base ? base + b * batch_stride + row * ld + h * width : nullptr;
+    return base ? base + (first_row ? first_row[b] * ld : b * batch_stride) + row * ld + h * width : nullptr;
   }
+  // Rows past a batch's last computed query or key: the padded layout stores them (zeroed by
+  // the kernels), the packed one has none.
+  bool stores_padding() const { return first_row == nullptr; }
 };
 template <class P>
-HeadView<P> heads_of(P* data, std::size_t L, std::size_t ld, std::size_t width, std::size_t column = 0) {
-  return {data ? data + column : nullptr, ld, L * ld, width};
+HeadView<P> heads_of(P* data, std::size_t L, std::size_t ld, std::size_t width, std::size_t column = 0,
+                     const std::size_t* first_row = nullptr) {
+  return {data ? data + column : nullptr, ld, L * ld, width, first_row};
 }
 
 // The masks as raw pointers with (B, H, T, S) element strides (0 along broadcast dims).
@@ -115,9 +125,12 @@ std::vector<std::size_t> key_ends(const AttentionMasks& m, const Dims& d) {
   return end;
 }
 
-// key_end: key_ends(m, d), computed once per op call for its forward and backward.
+// key_end: key_ends(m, d), computed once per op call for its forward and backward. With
+// packed_rows (attention_packed_rows, m without key padding) key_end holds the lengths L_b,
+// which alone mask the padding: keys and queries past L_b are not computed.
 template <class T>
-MaskView<T> mask_view(const AttentionMasks& m, const Dims& d, const std::vector<std::size_t>& key_end) {
+MaskView<T> mask_view(const AttentionMasks& m, const Dims& d, const std::vector<std::size_t>& key_end,
+                      bool packed_rows = false) {
   const Shape full{d.B, d.H, d.T, d.S};
   MaskView<T> v;
   if (m.mask.defined()) v.mask = m.mask.data<bool>(), v.ms = strides4(m.mask.shape(), full);
@@ -125,6 +138,7 @@ MaskView<T> mask_view(const AttentionMasks& m, const Dims& d, const std::vector<
   if (m.float_mask.defined()) v.add = data_of<T>(m.float_mask), v.as = strides4(m.float_mask.shape(), full);
   v.causal = m.is_causal;
   v.skip_queries = m.skip_padded_queries;
+  if (packed_rows) v.key_end = key_end.data(), v.skip_queries = true;
   return v;
 }
 
@@ -484,7 +498,7 @@ void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const 
     for (std::size_t bh = begin; bh < end; ++bh) {
       const std::size_t b = bh / d.H, h = bh % d.H, t_end = query_end(d, m, b);
       for (std::size_t i = t_end; i < d.T; ++i) {  // skipped padding queries: nothing visible
-        std::fill_n(out.at(b, h, i), d.Dv, T(0));
+        if (out.stores_padding()) std::fill_n(out.at(b, h, i), d.Dv, T(0));
         set_nothing_visible(stats + 2 * (bh * d.T + i));
       }
       const std::size_t c_all = t_end == 0 ? 0 : block_keys(d, m, b, t_end);  // keys any row block computes
@@ -535,14 +549,14 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
       // would read them as A^T, a column at a time at the rows' stride) when over 16 keys; then
       // stored transposed once per head. Either way the same elements, so the same bits.
       const bool transposed_grads = c_all > 16;
-      for (std::size_t s = c_all; s < d.S; ++s) {
-        if (dk.base) std::fill_n(dk.at(b, h, s), d.D, T(0));
-        if (dv.base) std::fill_n(dv.at(b, h, s), d.Dv, T(0));
+      for (std::size_t s = c_all; s < d.S; ++s) {  // packed rows: c_all = L_b, no such key rows
+        if (dk.base && dk.stores_padding()) std::fill_n(dk.at(b, h, s), d.D, T(0));
+        if (dv.base && dv.stores_padding()) std::fill_n(dv.at(b, h, s), d.Dv, T(0));
       }
       if (!saved) pack_head(k, b, h, 0, transposed_keys(c_all, d.S), true, kt.get(), ldt);
       if (dq.base || dk.base) pack_head(v, b, h, 0, transposed_keys(c_all, d.S), true, vt.get(), ldt);
       const auto [kp, ldkp] = dq.base ? head_rows(k, b, h, 0, c_all, kr.get(), ldk) : std::pair<const T*, std::size_t>{};
-      if (dq.base)
+      if (dq.base && dq.stores_padding())
         for (std::size_t i = t_end; i < d.T; ++i) std::fill_n(dq.at(b, h, i), d.D, T(0));
       for (std::size_t blk = (t_end + kRowBlock - 1) / kRowBlock; blk-- > 0;) {
         const std::size_t r0 = blk * kRowBlock;
@@ -785,26 +799,37 @@ bool recording(const std::vector<Tensor>& inputs) {
   return false;
 }
 
+// A right-padded batch packed without its padding (attention_packed_rows): batch b's L_b
+// positions are rows [first[b], first[b] + L_b) of the (N, F) operands.
+struct PackedRows {
+  std::vector<std::size_t> lengths, first;  // (B) each
+  Tensor index;                             // Int64 (N): the rows' padded positions b * T + t
+  AttentionMasks padded;                    // the masks of the padded (B, T) batch: key padding t >= L_b, skip_padded_queries
+};
+
 // The fused op over q, k, v given as (data, row stride, first column) inside `inputs`
-// (three tensors, or one packed qkv). The node's inputs are these, then the defined masks
-// (never differentiated here): the engine's saved-version check then refuses a backward
+// (three tensors, or one packed qkv; with `rows`, a qkv of packed rows and masks without key
+// padding: the lengths cut keys and queries). The node's inputs are these, then the defined
+// masks (never differentiated here): the engine's saved-version check then refuses a backward
 // after an in-place change to a mask, whose padding also sets the trimmed extents.
 Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d, const AttentionMasks& masks,
-                       double scale) {
+                       double scale, std::shared_ptr<const PackedRows> rows = nullptr) {
   const bool packed = inputs.size() == 1;
   const std::size_t n_qkv = inputs.size();
   const std::size_t E = d.H * d.D, Ev = d.H * d.Dv;
+  const std::size_t* first_row = rows ? rows->first.data() : nullptr;  // kept alive by `rows` in the closures
   // qkv columns: [0, E) q, [E, 2E) k, [2E, 2E + Ev) v
-  auto views = [packed, E, Ev, d](auto* q, auto* k, auto* v) {
+  auto views = [packed, E, Ev, d, first_row](auto* q, auto* k, auto* v) {
     using P = std::remove_pointer_t<decltype(q)>;
     if (packed) {
       const std::size_t ld = 2 * E + Ev;
-      return std::array<HeadView<P>, 3>{heads_of(q, d.T, ld, d.D, 0), heads_of(q, d.T, ld, d.D, E),
-                                        heads_of(q, d.T, ld, d.Dv, 2 * E)};
+      return std::array<HeadView<P>, 3>{heads_of(q, d.T, ld, d.D, 0, first_row), heads_of(q, d.T, ld, d.D, E, first_row),
+                                        heads_of(q, d.T, ld, d.Dv, 2 * E, first_row)};
     }
     return std::array<HeadView<P>, 3>{heads_of(q, d.T, E, d.D), heads_of(k, d.S, E, d.D), heads_of(v, d.S, Ev, d.Dv)};
   };
-  const std::vector<std::size_t> key_end = key_ends(masks, d);  // read by both passes
+  // read by both passes: 1 + each batch's last key that is not padding (packed rows: L_b)
+  const std::vector<std::size_t> key_end = rows ? rows->lengths : key_ends(masks, d);
   Tensor stats;  // (B, H, T, 2): each query's softmax max and 1 / sum
   Tensor saved;  // (B, H, T, S) probabilities, when small enough to keep (keep_probabilities)
   Tensor out = dispatch_float(op, inputs[0].dtype(), [&](auto zero) {
@@ -813,17 +838,25 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
     const T* k = packed ? q : data_of<T>(inputs[1]);
     const T* v = packed ? q : data_of<T>(inputs[2]);
     stats = empty_tensor<T>({d.B, d.H, d.T, 2}, op);
-    Tensor o = empty_tensor<T>({d.B, d.T, Ev}, op);
+    Tensor o = rows ? empty_tensor<T>({inputs[0].shape()[0], Ev}, op) : empty_tensor<T>({d.B, d.T, Ev}, op);
     const bool keep = keep_probabilities(d, sizeof(T)) && recording(inputs);
     if (keep) saved = empty_tensor<T>({d.B, d.H, d.T, panel_stride(d.S)}, op);  // rows padded
     const auto in = views(q, k, v);
-    forward_kernel<T>(d, T(scale), in[0], in[1], in[2], mask_view<T>(masks, d, key_end), fresh_data<T>(stats),
-                      keep ? fresh_data<T>(saved) : nullptr, heads_of(fresh_data<T>(o), d.T, Ev, d.Dv));
+    forward_kernel<T>(d, T(scale), in[0], in[1], in[2], mask_view<T>(masks, d, key_end, rows != nullptr),
+                      fresh_data<T>(stats), keep ? fresh_data<T>(saved) : nullptr,
+                      heads_of(fresh_data<T>(o), d.T, Ev, d.Dv, 0, first_row));
     return o;
   });
   auto differentiable = [=](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     const Tensor& x = n.input(0);
     std::vector<Tensor> grads(n.inputs().size());  // the masks' stay undefined
+    if (rows) {  // on the padded batch: (N, F) rows to (B, T, F) and back
+      const Tensor xp = unpack_rows(x, rows->index, {d.B, d.T}), gp = unpack_rows(g, rows->index, {d.B, d.T});
+      const auto gr = composite_backward(narrow(xp, 2, 0, E), narrow(xp, 2, E, E), narrow(xp, 2, 2 * E, Ev), gp,
+                                         rows->padded, d, scale);
+      grads[0] = pack_rows(concat({gr[0], gr[1], gr[2]}, 2), rows->index);
+      return grads;
+    }
     if (packed) {
       const auto gr = composite_backward(narrow(x, 2, 0, E), narrow(x, 2, E, E), narrow(x, 2, 2 * E, Ev), g,
                                          masks, d, scale);
@@ -835,14 +868,15 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
       if (n.needs_grad(i)) grads[i] = gr[i];
     return grads;
   };
-  auto first_order = [=](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+  auto first_order = [=, keep_alive = rows](const Node& n, const Tensor& g) -> std::vector<Tensor> {  // first_row
+    (void)keep_alive;
     return dispatch_float(op, g.dtype(), [&](auto zero) -> std::vector<Tensor> {
       using T = decltype(zero);
       const T* q = data_of<T>(n.input(0));
       const T* k = packed ? q : data_of<T>(n.input(1));
       const T* v = packed ? q : data_of<T>(n.input(2));
       const auto in = views(q, k, v);
-      const auto dO = heads_of(data_of<T>(g), d.T, Ev, d.Dv);
+      const auto dO = heads_of(data_of<T>(g), d.T, Ev, d.Dv, 0, first_row);
       // Gradients of the inputs that need one (the packed qkv input: one gradient), made in
       // place; the others stay undefined.
       std::vector<Tensor> grads(n.inputs().size());  // the masks' stay undefined
@@ -858,8 +892,8 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
           if (n.needs_grad(i)) out[i] = all[i];
       }
       backward_kernel<T>(d, T(scale), in[0], in[1], in[2], data_of<T>(stats),
-                         saved.defined() ? data_of<T>(saved) : nullptr, mask_view<T>(masks, d, key_end), dO,
-                         out[0], out[1], out[2]);
+                         saved.defined() ? data_of<T>(saved) : nullptr,
+                         mask_view<T>(masks, d, key_end, rows != nullptr), dO, out[0], out[1], out[2]);
       return grads;
     });
   };
@@ -968,8 +1002,61 @@ Tensor attention_packed(const Tensor& qkv, std::size_t num_heads, const Attentio
   return fused_attention(op, {qkv}, d, masks, scale);
 }
 
+Tensor attention_packed_rows(const Tensor& qkv, const std::vector<std::size_t>& lengths, std::size_t max_len,
+                             std::size_t num_heads, const AttentionMasks& masks_in, double scale) {
+  const char* op = "attention_packed_rows";
+  check_float(op, "qkv", qkv);
+  if (qkv.dim() != 2 || num_heads == 0 || qkv.shape()[1] % (3 * num_heads) != 0)
+    throw_error<ShapeError>(op, "argument 'qkv' ", qkv.shape(), " must be (N, 3 * E) with E divisible by num_heads ",
+                            num_heads);
+  if (masks_in.key_padding_mask.defined() || masks_in.skip_padded_queries)
+    throw_error<ValueError>(op, "the lengths mask the padding: masks.key_padding_mask must be undefined and "
+                            "masks.skip_padded_queries false, got ",
+                            masks_in.key_padding_mask.defined() ? "a key_padding_mask " + shape_str(masks_in.key_padding_mask.shape())
+                                                                : std::string("skip_padded_queries"));
+  const std::size_t B = lengths.size(), E = qkv.shape()[1] / 3;
+  auto rows = std::make_shared<PackedRows>();
+  rows->lengths = lengths;
+  rows->first.resize(B);
+  std::vector<std::int64_t> index;
+  std::vector<bool> padding(B * max_len);
+  std::size_t n = 0;
+  for (std::size_t b = 0; b < B; ++b) {
+    if (lengths[b] > max_len)
+      throw_error<ValueError>(op, "argument 'lengths' [", b, "] = ", lengths[b], " exceeds max_len ", max_len);
+    rows->first[b] = n;
+    n += lengths[b];
+    for (std::size_t t = 0; t < max_len; ++t) padding[b * max_len + t] = t >= lengths[b];
+    for (std::size_t t = 0; t < lengths[b]; ++t) index.push_back(std::int64_t(b * max_len + t));
+  }
+  if (n != qkv.shape()[0])
+    throw_error<ShapeError>(op, "argument 'qkv' ", qkv.shape(), " must have one row per position: the ", B,
+                            " 'lengths' sum to ", n);
+  rows->index = index_tensor(std::move(index), {n});
+  Dims d;
+  d.B = B, d.T = d.S = max_len, d.H = num_heads, d.D = d.Dv = E / num_heads;
+  AttentionMasks padded = masks_in;
+  padded.key_padding_mask = bool_tensor(padding, {B, max_len});
+  padded.skip_padded_queries = true;
+  rows->padded = check_masks(op, padded, d, qkv.dtype(), "qkv");
+  scale = resolve_scale(op, scale, d);
+  if (mask_needs_grad(rows->padded)) {  // on the padded batch
+    const Tensor x = unpack_rows(qkv, rows->index, {B, max_len});
+    return pack_rows(attention_reference(narrow(x, 2, 0, E), narrow(x, 2, E, E), narrow(x, 2, 2 * E, E), num_heads,
+                                         rows->padded, scale)
+                         .out,
+                     rows->index);
+  }
+  AttentionMasks masks = rows->padded;  // checked and simplified; the lengths replace the key padding
+  masks.key_padding_mask = Tensor();
+  masks.skip_padded_queries = false;
+  return fused_attention(op, {qkv}, d, masks, scale, std::move(rows));
+}
+
 // --- registration ----------------------------------------------------------------------
 namespace {
+// Lengths 3, 0, 1 of max_len 4 (batch 1 all padding): 4 rows of qkv (H 2, D 2).
+Tensor packed_rows_sample(Rng& r) { return sample_randn({4, 12}, r); }
 // B 2, T 3, S 4, H 2, D 2, Dv 3.
 std::vector<Tensor> qkv_sample(Rng& r) {
   return {sample_randn({2, 3, 4}, r), sample_randn({2, 4, 4}, r), sample_randn({2, 4, 6}, r)};
@@ -1021,6 +1108,26 @@ XGRAD_REGISTER_OP({"attention(causal, 2 row blocks)",
                    }});
 XGRAD_REGISTER_OP({"attention_packed", [](const auto& x) { return attention_packed(x[0], 2); },
                    [](Rng& r) -> std::vector<OpSample> { return {{"qkv (2,4,12)", {sample_randn({2, 4, 12}, r)}}}; }});
+XGRAD_REGISTER_OP({"attention_packed_rows",
+                   [](const auto& x) {
+                     AttentionMasks m;
+                     m.mask = bool_tensor({false, false, true, false}, {1, 1, 1, 4});  // key 2 masked for everyone
+                     return attention_packed_rows(x[0], {3, 0, 1}, 4, 2, m);
+                   },
+                   [](Rng& r) -> std::vector<OpSample> { return {{"lengths 3 0 1 of 4, mask", {packed_rows_sample(r)}}}; }});
+XGRAD_REGISTER_OP({"attention_packed_rows(causal, float mask)",
+                   [](const auto& x) {
+                     AttentionMasks m;
+                     m.is_causal = true;
+                     m.float_mask = x[1];
+                     return attention_packed_rows(x[0], {3, 0, 1}, 4, 2, m, 0.6);
+                   },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     const double ninf = -std::numeric_limits<double>::infinity();
+                     return {{"causal, constant (4,4) float mask",
+                              {packed_rows_sample(r),
+                               tensor({0.5, 0, 0, 0, ninf, -1, 0, 0, 0.25, 2, 0, 0, 1, -0.5, ninf, 0}, {4, 4}, DType::Float64)}}};
+                   }});
 XGRAD_REGISTER_OP({"attention_packed(causal, masks)",
                    [](const auto& x) {
                      AttentionMasks m = sample_masks(true);

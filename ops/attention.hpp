@@ -9,6 +9,7 @@
 // probabilities take at most 32 MiB, keeps those instead (the same bits either way).
 #pragma once
 #include <functional>
+#include <vector>
 
 #include "xgrad/framework/tensor.hpp"
 
@@ -78,6 +79,18 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, std::size_t 
 // blocks (as x in_proj_weight^T of torch.nn.MultiheadAttention) -> (B, T, H*D).
 Tensor attention_packed(const Tensor& qkv, std::size_t num_heads, const AttentionMasks& masks = {},
                         double scale = 0);
+
+// Self-attention over a right-padded batch packed without its padding (FlashAttention's
+// variable-length form; TransformerConfig::skip_padding): qkv (N, 3*H*D) holds batch b's L_b =
+// lengths[b] <= max_len positions as rows [o_b, o_b + L_b), o_b = L_0 + ... + L_{b-1}, N = sum L_b.
+// Returns (N, H*D): the rows of attention_packed over the padded (B, max_len, 3*H*D) batch with
+// key padding t >= L_b and skip_padded_queries, the same bits, without copying rows into a padded
+// batch and back (nor its zero rows). masks: mask, float_mask over (B, H, max_len, max_len) and
+// is_causal as for attention_packed. Errors: ShapeError for a qkv that is not (N, 3E) with H
+// dividing E or whose N is not the lengths' sum; ValueError for a length over max_len, and for a
+// key_padding_mask or skip_padded_queries in masks (the lengths do both); mask errors as attention.
+Tensor attention_packed_rows(const Tensor& qkv, const std::vector<std::size_t>& lengths, std::size_t max_len,
+                             std::size_t num_heads, const AttentionMasks& masks = {}, double scale = 0);
 
 // The same function composed of split_heads, matmul, (masked_)softmax and merge_heads,
 // also returning the probabilities P (B, H, T, S) after `transform_weights` (e.g.

@@ -4,6 +4,7 @@
 // padding, against the full batch (float64 to ~1e-12, float32 to float rounding); gradchecks
 // in float64 with a random upstream gradient; the fallbacks and every error.
 #include <cmath>
+#include <limits>
 
 #include "helpers.hpp"
 #include "xgrad/framework/autograd.hpp"
@@ -16,6 +17,7 @@
 #include "xgrad/models/attention.hpp"
 #include "xgrad/models/loss.hpp"
 #include "xgrad/models/transformer.hpp"
+#include "xgrad/ops/attention.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/mask.hpp"
 #include "xgrad/ops/reduce.hpp"
@@ -232,6 +234,128 @@ BOOST_AUTO_TEST_CASE(per_sample_gradients_match_the_full_batch) {
     BOOST_TEST(test::allclose(got_loop.grads[k].second, want.grads[k].second, 1e-12, 1e-10), want.grads[k].first);
   }
   BOOST_TEST(test::allclose(got.losses, want.losses, 1e-12, 1e-12));
+}
+
+// --- attention_packed_rows: attention on the packed rows of a right-padded batch ----------
+
+// attention_packed over the padded batch (key padding t >= L_b, skip_padded_queries), its
+// real rows packed: output and qkv gradient (upstream g) as one list.
+std::vector<Tensor> padded_reference(const Tensor& qkv_rows, const std::vector<std::size_t>& lengths, std::size_t T,
+                                     std::size_t H, AttentionMasks m, const Tensor& g) {
+  std::vector<bool> pad;
+  for (std::size_t L : lengths)
+    for (std::size_t t = 0; t < T; ++t) pad.push_back(t >= L);
+  const UnpaddedRows r = UnpaddedRows::of(bool_tensor(pad, {lengths.size(), T}));
+  BOOST_TEST((r.lengths == lengths));
+  Tensor x = qkv_rows.detach().clone();
+  x.set_requires_grad(true);
+  m.key_padding_mask = r.key_padding_mask;
+  m.skip_padded_queries = true;
+  const Tensor out = r.pack_rows(attention_packed(r.unpack_rows(x), H, m));
+  return {out, grad({out}, {x}, {g})[0]};
+}
+
+std::vector<Tensor> packed_rows_run(const Tensor& qkv_rows, const std::vector<std::size_t>& lengths, std::size_t T,
+                                    std::size_t H, const AttentionMasks& m, const Tensor& g) {
+  Tensor x = qkv_rows.detach().clone();
+  x.set_requires_grad(true);
+  const Tensor out = attention_packed_rows(x, lengths, T, H, m);
+  return {out, grad({out}, {x}, {g})[0]};
+}
+
+// Every mask kind, float32 and float64, probabilities kept and recomputed (two 64-row blocks:
+// T = 70), lengths T, 3, 0 and 66: the same bits as attention_packed on the padded batch (the
+// kernels read the same rows in place), and the same bits with 1 and 3 threads.
+BOOST_AUTO_TEST_CASE(attention_packed_rows_gives_attention_packed_bits_at_the_real_rows) {
+  const std::size_t T = 70, H = 2, D = 3;
+  const std::vector<std::size_t> lengths{70, 3, 0, 66};
+  std::size_t N = 0;
+  for (std::size_t L : lengths) N += L;
+  std::vector<bool> bits(T * T);
+  for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = (i * 7 + 3) % 5 == 0 || i / T == 4;  // query 4 sees nothing
+  std::vector<double> add(lengths.size() * T * T);
+  for (std::size_t i = 0; i < add.size(); ++i)
+    add[i] = i % 11 == 0 ? -std::numeric_limits<double>::infinity() : 0.25 * double(i % 5) - 0.5;
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    Rng rng(12);
+    const Tensor qkv = randn({N, 3 * H * D}, rng, dt), g = randn({N, H * D}, rng, dt);
+    for (int kind = 0; kind < 5; ++kind) {
+      AttentionMasks m;  // none; causal; bool (T, T); float (B, 1, T, T); causal + bool
+      if (kind == 1 || kind == 4) m.is_causal = true;
+      if (kind == 2 || kind == 4) m.mask = bool_tensor(bits, {T, T});
+      if (kind == 3) m.float_mask = tensor(add, {lengths.size(), 1, T, T}, dt);
+      // probabilities kept, and recomputed: (B, H, T, T) takes 313 KB in float64, every tensor
+      // here under 200 KB
+      std::vector<Tensor> kept;
+      for (std::size_t limit : {std::size_t(0), std::size_t(200) << 10}) {
+        const std::size_t before = max_tensor_bytes();
+        if (limit) set_max_tensor_bytes(limit);
+        const auto want = padded_reference(qkv, lengths, T, H, m, g);
+        std::vector<Tensor> one, three;
+        test::with_threads(1, [&] { one = packed_rows_run(qkv, lengths, T, H, m, g); });
+        test::with_threads(3, [&] { three = packed_rows_run(qkv, lengths, T, H, m, g); });
+        set_max_tensor_bytes(before);
+        BOOST_TEST_REQUIRE((one[0].shape() == Shape{N, H * D}));
+        for (std::size_t i = 0; i < 2; ++i) {
+          BOOST_TEST(test::same_bits(one[i], want[i]), dtype_name(dt) << " mask kind " << kind << " limit " << limit << " tensor " << i);
+          BOOST_TEST(test::same_bits(three[i], one[i]), dtype_name(dt) << " mask kind " << kind << " 3 threads, tensor " << i);
+          if (limit) BOOST_TEST(test::same_bits(one[i], kept[i]), dtype_name(dt) << " mask kind " << kind << " recomputed, tensor " << i);
+        }
+        if (!limit) kept = one;
+      }
+    }
+  }
+}
+
+// forward_unpadded attends on the packed rows for right padding, and over the padded batch
+// for a mask with padding between real positions: the same rows as forward either way.
+BOOST_AUTO_TEST_CASE(forward_unpadded_with_padding_between_positions_falls_back) {
+  const Tensor holes = bool_tensor({false, true, false, false, true, false, true, true}, {2, 4});
+  const UnpaddedRows r = UnpaddedRows::of(holes), right = UnpaddedRows::of(bool_tensor({false, false, true, true,
+                                                                                         false, false, false, false}, {2, 4}));
+  BOOST_TEST(r.lengths.empty());
+  BOOST_TEST((right.lengths == std::vector<std::size_t>{2, 4}));
+  Rng rng(13);
+  MultiHeadAttention mha(MultiHeadAttentionOptions(8, 2), rng);
+  mha.to(DType::Float64);
+  const Tensor x = sample_randn({2, 4, 8}, rng);
+  AttentionOptions full;
+  full.key_padding_mask = holes;
+  full.is_causal = true;
+  AttentionOptions o;
+  o.is_causal = true;
+  BOOST_TEST(test::allclose(mha.forward_unpadded(r.pack_rows(x), r, o).output, r.pack_rows(mha.forward(x, full).output),
+                            1e-12, 1e-12));
+}
+
+BOOST_AUTO_TEST_CASE(attention_packed_rows_errors_name_the_op_and_the_shapes) {
+  Rng rng(14);
+  const Tensor qkv = randn({4, 12}, rng);
+  const std::vector<std::size_t> lengths{3, 0, 1};
+  test::expect_throws([&] { attention_packed_rows(randn({1, 4, 12}, rng), lengths, 4, 2); }, "ShapeError",
+                      {"attention_packed_rows", "'qkv'", "(1, 4, 12)", "(N, 3 * E)"});
+  test::expect_throws([&] { attention_packed_rows(randn({4, 9}, rng), lengths, 4, 2); }, "ShapeError",
+                      {"attention_packed_rows", "'qkv'", "(4, 9)", "num_heads 2"});
+  test::expect_throws([&] { attention_packed_rows(qkv, {3, 1, 1}, 4, 2); }, "ShapeError",
+                      {"attention_packed_rows", "'qkv'", "(4, 12)", "sum to 5"});
+  test::expect_throws([&] { attention_packed_rows(qkv, {3, 0, 1}, 2, 2); }, "ValueError",
+                      {"attention_packed_rows", "'lengths' [0] = 3", "max_len 2"});
+  test::expect_throws([&] { attention_packed_rows(index_tensor({1, 2, 3, 4}, {1, 4}), {1}, 4, 1); }, "DTypeError",
+                      {"attention_packed_rows", "qkv"});
+  AttentionMasks kpm;
+  kpm.key_padding_mask = bool_tensor(std::vector<bool>(12, false), {3, 4});
+  test::expect_throws([&] { attention_packed_rows(qkv, lengths, 4, 2, kpm); }, "ValueError",
+                      {"attention_packed_rows", "key_padding_mask", "(3, 4)"});
+  AttentionMasks skip;
+  skip.skip_padded_queries = true;
+  test::expect_throws([&] { attention_packed_rows(qkv, lengths, 4, 2, skip); }, "ValueError",
+                      {"attention_packed_rows", "skip_padded_queries"});
+  AttentionMasks wrong;
+  wrong.mask = bool_tensor(std::vector<bool>(12, false), {3, 4});
+  test::expect_throws([&] { attention_packed_rows(qkv, lengths, 4, 2, wrong); }, "ShapeError",
+                      {"attention_packed_rows", "'mask'", "(3, 4)"});
+  // nothing to attend: every length 0, no rows
+  BOOST_TEST((attention_packed_rows(zeros({0, 12}), {0, 0}, 3, 2).shape() == Shape{0, 4}));
 }
 
 BOOST_AUTO_TEST_CASE(errors_name_the_op_and_the_shapes) {
