@@ -46,7 +46,6 @@
 namespace xgrad::detail {
 namespace {
 
-constexpr std::size_t kMaxRows = 8;  // rows of the largest tile
 
 // One tile's work. The tile of C at c (row stride ldc), rows r < rows <= R, columns l < cols <= W:
 //   acc_rl = sum_k a[r][k * ka] b[k * ldb + l]     in order of k; b: cols readable columns a row
@@ -70,18 +69,46 @@ struct TileArgs {
   bool first, last;
   const float* bias;  // the tile's first column's bias, or nullptr
 };
-using Tile = void (*)(const TileArgs& t);
+// The row tiles of one column block and k chunk, R rows each from row `first` while < `end`,
+// run by one call of a micro-kernel's loop (tiles_*): the loop builds each tile's TileArgs in
+// place of a call per tile (the reverse model's linear products: ~1,000 tiles of K = 64 each).
+//   a_ik = A[min(i, M - 1) * ra + k * ka]   (A at the chunk's first k; rows past M - 1 repeat M - 1)
+//   tile i0: C at c + i0 * ldc, its raw sums at partial + (i0 - p0) * ldp (partial: the panel's
+//   row p0, or null), min(R, M - i0) rows, cols columns
+struct TileRun {
+  const float* A;
+  std::size_t ra, ka, M, first, end;
+  const float* b;
+  std::size_t ldb, K;
+  float alpha, beta;
+  float* c;
+  std::size_t ldc, cols;
+  float* partial;
+  std::size_t ldp, p0;
+  bool first_chunk, last_chunk;
+  const float* bias;
+};
+template <std::size_t R>
+inline TileArgs tile_of(const TileRun& run, std::size_t i0, const float** a) {
+  for (std::size_t r = 0; r < R; ++r) a[r] = run.A + std::min(i0 + r, run.M - 1) * run.ra;
+  return TileArgs{a,           run.ka,      run.b,   run.ldb,
+                  run.K,       run.alpha,   run.beta, run.c + i0 * run.ldc,
+                  run.ldc,     std::min(R, run.M - i0), run.cols,
+                  run.partial ? run.partial + (i0 - run.p0) * run.ldp : nullptr,
+                  run.ldp,     run.first_chunk, run.last_chunk, run.bias};
+}
+using Tiles = void (*)(const TileRun& run);
 struct Tiling {
-  Tile tile;
+  Tiles tiles;
   std::size_t rows, cols;  // R, W
   // For a panel's last tile when it has at most tail_rows rows: a tile of tail_rows x W, so that
   // fewer repeated rows are computed (M = 64 in 6-row tiles: 10 + one 4-row tile, not 66 rows).
-  Tile tail = nullptr;
+  Tiles tail = nullptr;
   std::size_t tail_rows = 0;
 };
 
 template <std::size_t R, std::size_t W>
-void tile_baseline(const TileArgs& t) {
+inline void tile_baseline(const TileArgs& t) {
   float acc[R][W] = {};
   if (!t.first)
     for (std::size_t r = 0; r < R; ++r) std::copy_n(t.partial + r * t.ldp, W, acc[r]);
@@ -103,6 +130,14 @@ void tile_baseline(const TileArgs& t) {
       for (std::size_t l = 0; l < t.cols; ++l) c[l] = t.alpha * acc[r][l];
     else
       for (std::size_t l = 0; l < t.cols; ++l) c[l] = t.alpha * acc[r][l] + t.beta * c[l];
+}
+
+template <std::size_t R, std::size_t W>
+void tiles_baseline(const TileRun& run) {
+  for (std::size_t i0 = run.first; i0 < run.end; i0 += R) {
+    const float* a[R];
+    tile_baseline<R, W>(tile_of<R>(run, i0, a));
+  }
 }
 
 #ifdef XGRAD_TILED_GEMM_X86
@@ -163,9 +198,12 @@ XGRAD_TARGET_AVX512 inline __attribute__((always_inline)) void tile_avx512_body(
   }
 }
 template <std::size_t R, std::size_t V>
-XGRAD_TARGET_AVX512 void tile_avx512(const TileArgs& t) {
-  if (t.cols == 16 * V) tile_avx512_body<R, V, false>(t);
-  else tile_avx512_body<R, V, true>(t);
+XGRAD_TARGET_AVX512 void tiles_avx512(const TileRun& run) {
+  const float* a[R];
+  if (run.cols == 16 * V)
+    for (std::size_t i0 = run.first; i0 < run.end; i0 += R) tile_avx512_body<R, V, false>(tile_of<R>(run, i0, a));
+  else
+    for (std::size_t i0 = run.first; i0 < run.end; i0 += R) tile_avx512_body<R, V, true>(tile_of<R>(run, i0, a));
 }
 
 // 32-bit lane l of the 8 lanes at kLaneMask + 8 - n is all ones for l < n, zero after (0 <= n <= 8).
@@ -224,9 +262,12 @@ XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_avx2_body(cons
   }
 }
 template <std::size_t R, std::size_t V>
-XGRAD_TARGET_AVX2 void tile_avx2(const TileArgs& t) {
-  if (t.cols == 8 * V) tile_avx2_body<R, V, false>(t);
-  else tile_avx2_body<R, V, true>(t);
+XGRAD_TARGET_AVX2 void tiles_avx2(const TileRun& run) {
+  const float* a[R];
+  if (run.cols == 8 * V)
+    for (std::size_t i0 = run.first; i0 < run.end; i0 += R) tile_avx2_body<R, V, false>(tile_of<R>(run, i0, a));
+  else
+    for (std::size_t i0 = run.first; i0 < run.end; i0 += R) tile_avx2_body<R, V, true>(tile_of<R>(run, i0, a));
 }
 #undef XGRAD_UNROLL
 #undef XGRAD_ROUNDED
@@ -243,13 +284,13 @@ struct Tilings {
   Tiling small, narrow, large;
 };
 #ifdef XGRAD_TILED_GEMM_X86
-const Tilings kTilings_avx512{{tile_avx512<8, 1>, 8, 16}, {tile_avx512<8, 1>, 8, 16}, {tile_avx512<8, 2>, 8, 32}};
-const Tilings kTilings_avx2{{tile_avx2<4, 2>, 4, 16},
-                            {tile_avx2<6, 2>, 6, 16, tile_avx2<4, 2>, 4},
-                            {tile_avx2<6, 2>, 6, 16, tile_avx2<4, 2>, 4}};
+const Tilings kTilings_avx512{{tiles_avx512<8, 1>, 8, 16}, {tiles_avx512<8, 1>, 8, 16}, {tiles_avx512<8, 2>, 8, 32}};
+const Tilings kTilings_avx2{{tiles_avx2<4, 2>, 4, 16},
+                            {tiles_avx2<6, 2>, 6, 16, tiles_avx2<4, 2>, 4},
+                            {tiles_avx2<6, 2>, 6, 16, tiles_avx2<4, 2>, 4}};
 #endif
-const Tilings kTilings_baseline{{tile_baseline<4, 16>, 4, 16}, {tile_baseline<4, 16>, 4, 16},
-                                {tile_baseline<4, 16>, 4, 16}};
+const Tilings kTilings_baseline{{tiles_baseline<4, 16>, 4, 16}, {tiles_baseline<4, 16>, 4, 16},
+                                {tiles_baseline<4, 16>, 4, 16}};
 
 // k in chunks of kChunk when K > kChunk: a chunk's rows of op(B) for one column block
 // (kChunk x W floats, 8 or 16 KiB) then stay in L1 while every row tile reads them.
@@ -276,15 +317,22 @@ void run_tiles(const Tiling& tl, bool trans_a, std::size_t M, std::size_t N, std
   for (std::size_t p0 = 0; p0 < M; p0 += panel)
     for (std::size_t k0 = 0; k0 == 0 || k0 < K; k0 += kc) {  // K = 0: one pass, C = beta C
       const std::size_t kn = std::min(kc, K - k0);
-      for (std::size_t j0 = 0; j0 < N; j0 += W)
-        for (std::size_t i0 = p0, p1 = std::min(M, p0 + panel); i0 < p1; i0 += R) {
-          const float* a[kMaxRows];
-          for (std::size_t r = 0; r < R; ++r) a[r] = A + std::min(i0 + r, M - 1) * ra + k0 * ka;  // a tail repeats row M - 1
-          const TileArgs t{a,   ka,   Bk + k0 * ldb + j0, ldb, kn, alpha, beta, C + i0 * ldc + j0, ldc,
-                           std::min(R, M - i0), std::min(W, N - j0), chunked ? partial.get() + (i0 - p0) * ldp + j0 : nullptr,
-                           ldp, k0 == 0, k0 + kn >= K, bias ? bias + j0 : nullptr};
-          (t.rows <= tl.tail_rows ? tl.tail : tl.tile)(t);
+      for (std::size_t j0 = 0; j0 < N; j0 += W) {
+        const std::size_t p1 = std::min(M, p0 + panel);
+        TileRun run{A + k0 * ka, ra, ka, M, p0, p1, Bk + k0 * ldb + j0, ldb, kn, alpha, beta, C + j0, ldc,
+                    std::min(W, N - j0), chunked ? partial.get() + j0 : nullptr, ldp, p0, k0 == 0, k0 + kn >= K,
+                    bias ? bias + j0 : nullptr};
+        // the panel's last tile, when it has at most tail_rows rows (only the product's last can), in a tail tile
+        const std::size_t last = p0 + (p1 - p0 - 1) / R * R;
+        if (tl.tail && std::min(R, M - last) <= tl.tail_rows) {
+          run.end = last;
+          if (last > p0) tl.tiles(run);
+          run.first = last, run.end = p1;
+          tl.tail(run);
+        } else {
+          tl.tiles(run);
         }
+      }
     }
 }
 
