@@ -4,9 +4,8 @@
 
 namespace xgrad {
 
-// logits (..., C at axis a, ...), targets: logits' shape without axis a.
-// Class-last form l = logits with axis a moved last (N..., C);
-// loss = -sum(w * log_softmax(l, -1)) / #kept.
+// logits (..., C at axis a, ...), targets: logits' shape without axis a. Validated here (the
+// messages name the class axis), then with axis a moved last: softmax_cross_entropy (ops/softmax).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, ClassAxis class_axis,
                      std::int64_t ignore_index, double label_smoothing) {
   const char* op = "cross_entropy";
@@ -48,24 +47,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, ClassAxis clas
     perm.push_back(a);
     l = permute(logits, perm);
   }
-  Shape lshape = expected;
-  lshape.push_back(C);
-  std::vector<double> w(N * C, 0.0);
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < N; ++i) {
-    if (t[i] == ignore_index) continue;
-    ++kept;
-    for (std::size_t c = 0; c < C; ++c) w[i * C + c] = label_smoothing / double(C);
-    w[i * C + std::size_t(t[i])] += 1.0 - label_smoothing;
-  }
-  Tensor weights = tensor(w, lshape, logits.dtype());
-  // Log-probabilities with weight 0 are dropped before the product: a -inf there (a -inf
-  // logit, or float overflow) would otherwise make 0 * -inf = NaN.
-  std::vector<bool> unused(w.size());
-  for (std::size_t i = 0; i < w.size(); ++i) unused[i] = w[i] == 0.0;
-  Tensor logp = masked_fill(log_softmax(l, -1), bool_tensor(unused, lshape), 0.0);
-  Tensor total = sum(mul(logp, weights));
-  return mul_scalar(total, kept ? -1.0 / double(kept) : 0.0);
+  return softmax_cross_entropy(l, targets, ignore_index, label_smoothing);
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index,

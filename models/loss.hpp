@@ -1,4 +1,4 @@
-// xgrad/models/loss.hpp — losses, as compositions of registered ops.
+// xgrad/models/loss.hpp — losses, from registered ops (cross_entropy: the fused softmax_cross_entropy).
 #pragma once
 #include <cstdint>
 

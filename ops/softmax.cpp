@@ -5,8 +5,12 @@
 //   log-softmax: y_i = x_i - m - log sum_j exp(x_j - m);  dx = g - exp(y) * sum(g, axis)
 // Excluded entries (mask true, or x = -inf) get y = 0; a row with nothing allowed gets
 // y = 0 everywhere, so its gradient y * (...) is 0 too: no NaN anywhere.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <utility>
+#include <vector>
 
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/elementwise.hpp"
@@ -153,6 +157,137 @@ Tensor log_softmax(const Tensor& x, long axis) {
   });
 }
 
+// --- softmax_cross_entropy -----------------------------------------------------------------
+// Forward, per row i not ignored (x_i: C contiguous logits):
+//   m = max_c x_ic, lt = log sum_c exp(x_ic - m), log p_c = (x_ic - m) - lt   (log_softmax's own
+//   operations, so its bits), loss += w_ic log p_c over w_ic != 0, in row and class order;
+//   loss *= -1 / K. Saved: (m, lt) per row.
+// Backward (first order), rows not ignored: dx_ic = (g / K) (W_i p_c - w_ic), p_c = exp(log p_c)
+// (0 for a row of all -inf); ignored rows 0. Under create_graph the same from softmax, mul, sub.
+namespace {
+
+// The class weights of one row: w_c = base, plus (1 - label_smoothing) at the target.
+struct CrossEntropyWeights {
+  double base, hit;  // label_smoothing / C, 1 - label_smoothing
+  double at(std::size_t c, std::int64_t target) const { return base + (std::int64_t(c) == target ? hit : 0.0); }
+};
+
+// v rounded to dt (the weights the first-order kernel uses as T).
+double in_dtype(DType dt, double v) { return dt == DType::Float32 ? double(float(v)) : v; }
+
+template <class T>
+void row_log_softmax_stats(const T* x, std::size_t C, T& m, T& lt) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  m = ninf;
+  for (std::size_t c = 0; c < C; ++c) m = std::max(m, x[c]);
+  if (m == ninf) return lt = T(0), void();  // every logit -inf: log p = -inf
+  T total = 0;
+  for (std::size_t c = 0; c < C; ++c) total += x[c] == ninf ? T(0) : std::exp(x[c] - m);
+  lt = std::log(total);
+}
+template <class T>
+T row_log_p(T x, T m, T lt) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  return x == ninf || m == ninf ? ninf : (x - m) - lt;
+}
+
+}  // namespace
+
+Tensor softmax_cross_entropy(const Tensor& x, const Tensor& targets, std::int64_t ignore_index,
+                             double label_smoothing) {
+  const char* op = "softmax_cross_entropy";
+  check_float(op, "x", x);
+  if (x.dim() == 0) throw_error<ShapeError>(op, "argument 'x' must have a class axis (the last), got a scalar");
+  check_defined(op, "targets", targets);
+  if (targets.dtype() != DType::Int64)
+    throw_error<DTypeError>(op, "argument 'targets' must be int64, got ", dtype_name(targets.dtype()), " of shape ",
+                            targets.shape());
+  const Shape rows_shape(x.shape().begin(), x.shape().end() - 1);
+  if (targets.shape() != rows_shape)
+    throw_error<ShapeError>(op, "argument 'targets' ", targets.shape(), " must be the shape of 'x' ", x.shape(),
+                            " without its last (class) axis");
+  if (!(label_smoothing >= 0 && label_smoothing <= 1))
+    throw_error<ValueError>(op, "argument 'label_smoothing' must be in [0, 1], got ", label_smoothing);
+  const std::size_t C = x.shape().back(), N = targets.numel();
+  const std::int64_t* t = targets.data<std::int64_t>();
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < N; ++i) {
+    if (t[i] == ignore_index) continue;
+    if (t[i] < 0 || std::size_t(t[i]) >= C)
+      throw_error<IndexError>(op, "target ", t[i], " at flat position ", i, " of argument 'targets' ",
+                              targets.shape(), " is out of range for ", C, " classes (last axis of 'x' ", x.shape(), ")");
+    ++kept;
+  }
+  const CrossEntropyWeights wt{label_smoothing / double(C), 1.0 - label_smoothing};
+  const double inv_kept = kept ? 1.0 / double(kept) : 0.0;
+  auto stats = std::make_shared<std::vector<double>>(2 * N);  // (m, lt) per row, as T
+  Tensor loss = dispatch_float(op, x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = data_of<T>(x);
+    T acc = 0;
+    for (std::size_t i = 0; i < N; ++i) {
+      if (t[i] == ignore_index) continue;
+      const T* xi = px + i * C;
+      T m, lt;
+      row_log_softmax_stats(xi, C, m, lt);
+      (*stats)[2 * i] = double(m), (*stats)[2 * i + 1] = double(lt);
+      for (std::size_t c = 0; c < C; ++c) {
+        const T w = T(wt.at(c, t[i]));
+        if (w != T(0)) acc += w * row_log_p(xi[c], m, lt);
+      }
+    }
+    Tensor out = empty_tensor<T>({}, op);
+    fresh_data<T>(out)[0] = kept ? acc * T(-inv_kept) : T(0);
+    return out;
+  });
+  // The constant parts of the VJP as tensors (create_graph): w (rows..., C), W (rows..., 1).
+  auto weights = [=](DType dt, const std::int64_t* t) {
+    std::vector<double> w(N * C, 0.0), row(N, 0.0);
+    for (std::size_t i = 0; i < N; ++i) {
+      if (t[i] == ignore_index) continue;
+      for (std::size_t c = 0; c < C; ++c) row[i] += (w[i * C + c] = in_dtype(dt, wt.at(c, t[i])));
+    }
+    Shape rs = rows_shape;
+    rs.push_back(1);
+    Shape ws = rows_shape;
+    ws.push_back(C);
+    return std::make_pair(tensor(w, ws, dt), tensor(row, rs, dt));
+  };
+  auto differentiable = [=](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    const auto [w, W] = weights(g.dtype(), n.input(1).data<std::int64_t>());
+    const Tensor& xi = n.input(0);
+    return {mul(mul_scalar(sub(mul(softmax(xi, -1), W), w), inv_kept), g), Tensor()};
+  };
+  auto first_order = [=](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    return dispatch_float(op, g.dtype(), [&](auto zero) -> std::vector<Tensor> {
+      using T = decltype(zero);
+      const T* px = data_of<T>(n.input(0));
+      const std::int64_t* tt = n.input(1).data<std::int64_t>();
+      const T scale = data_of<T>(g)[0] * T(inv_kept);
+      Tensor dx = empty_tensor<T>(n.input(0).shape(), op);
+      T* pd = fresh_data<T>(dx);
+      for (std::size_t i = 0; i < N; ++i) {
+        T* di = pd + i * C;
+        if (tt[i] == ignore_index) {
+          std::fill_n(di, C, T(0));
+          continue;
+        }
+        const T* xi = px + i * C;
+        const T m = T((*stats)[2 * i]), lt = T((*stats)[2 * i + 1]);
+        T W = 0;
+        for (std::size_t c = 0; c < C; ++c) W += T(wt.at(c, tt[i]));
+        for (std::size_t c = 0; c < C; ++c) {
+          const T lp = row_log_p(xi[c], m, lt);
+          const T p = lp == -std::numeric_limits<T>::infinity() ? T(0) : std::exp(lp);
+          di[c] = scale * (W * p - T(wt.at(c, tt[i])));
+        }
+      }
+      return {dx, Tensor()};
+    });
+  };
+  return record_fused(op, loss, {x, targets}, first_order, differentiable);
+}
+
 // --- registration ----------------------------------------------------------------------
 namespace {
 std::vector<OpSample> softmax_samples(Rng& r) {
@@ -186,5 +321,16 @@ XGRAD_REGISTER_OP({"softmax_backward", [](const auto& x) { return softmax_backwa
                    }});
 XGRAD_REGISTER_OP({"masked_softmax", [](const auto& x) { return masked_softmax(x[0], x[1], -1); },
                    masked_samples});
+// Targets of (2, 3) rows over 4 classes, two ignored; a -inf logit off the targets (adds nothing).
+XGRAD_REGISTER_OP({"softmax_cross_entropy",
+                   [](const auto& x) { return softmax_cross_entropy(x[0], index_tensor({0, 3, -100, 2, 1, -100}, {2, 3})); },
+                   [](Rng& r) -> std::vector<OpSample> {
+                     Tensor with_ninf = sample_randn({2, 3, 4}, r);
+                     with_ninf.mutable_data<double>()[1] = -std::numeric_limits<double>::infinity();  // row 0, class 1
+                     return {{"(2,3,4)", {sample_randn({2, 3, 4}, r)}}, {"(2,3,4) with a -inf logit", {with_ninf}}};
+                   }});
+XGRAD_REGISTER_OP({"softmax_cross_entropy(label_smoothing 0.2)",
+                   [](const auto& x) { return softmax_cross_entropy(x[0], index_tensor({4, 0, 2, -1}, {4}), -1, 0.2); },
+                   [](Rng& r) -> std::vector<OpSample> { return {{"(4,5), ignore_index -1", {sample_randn({4, 5}, r)}}}; }});
 
 }  // namespace xgrad

@@ -1,5 +1,6 @@
 // Modules and layers: names, modes, conversion, init, and gradchecks of every layer with
 // respect to its inputs and every parameter (float64), including each attention mask kind.
+#include <cmath>
 #include <limits>
 
 #include "helpers.hpp"
@@ -15,6 +16,7 @@
 #include "xgrad/models/transformer.hpp"
 #include "xgrad/ops/mask.hpp"
 #include "xgrad/ops/shape.hpp"
+#include "xgrad/ops/softmax.hpp"
 
 using namespace xgrad;
 using test::allclose;
@@ -171,6 +173,55 @@ BOOST_AUTO_TEST_CASE(cross_entropy_gradcheck_and_values) {
   // Everything ignored: 0, not NaN.
   BOOST_TEST(allclose(cross_entropy(logits, index_tensor(std::vector<std::int64_t>(6, -100), {2, 3})), {0.0}));
   BOOST_CHECK_THROW(cross_entropy(logits, index_tensor({0, 4, 0, 0, 0, 0}, {2, 3})), IndexError);
+}
+
+// cross_entropy is one fused op (softmax_cross_entropy): -inf logits off the target add nothing
+// and get gradient 0, a -inf target logit gives inf, every row ignored gives 0 and gradient 0;
+// float32 agrees with float64; the errors of the op itself name it.
+BOOST_AUTO_TEST_CASE(cross_entropy_fused_edge_cases_and_errors) {
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor logits = tensor({0.5, -inf, 1.0, -0.25, /**/ 2.0, 0.0, -inf, 1.0}, {2, 4}, DType::Float64);
+  logits.set_requires_grad(true);
+  const Tensor targets = index_tensor({2, 0}, {2});
+  Tensor loss = cross_entropy(logits, targets);
+  // by hand: row 0 over classes {0, 2, 3}, row 1 over {0, 1, 3}
+  const double lse0 = std::log(std::exp(0.5) + std::exp(1.0) + std::exp(-0.25));
+  const double lse1 = std::log(std::exp(2.0) + std::exp(0.0) + std::exp(1.0));
+  BOOST_TEST(loss.item() == ((lse0 - 1.0) + (lse1 - 2.0)) / 2, boost::test_tools::tolerance(1e-14));
+  loss.backward();
+  const auto g = logits.grad().to_vector();
+  BOOST_TEST(g[1] == 0.0);
+  BOOST_TEST(g[6] == 0.0);
+  BOOST_TEST(g[2] == (std::exp(1.0 - lse0) - 1) / 2, boost::test_tools::tolerance(1e-14));
+  BOOST_TEST(g[0] == std::exp(0.5 - lse0) / 2, boost::test_tools::tolerance(1e-14));
+  // -inf at a target: inf (as PyTorch), its row's gradient finite
+  BOOST_TEST(std::isinf(cross_entropy(logits.detach(), index_tensor({1, 0}, {2})).item()));
+  // every row ignored: 0 and gradient 0
+  Rng rng(2);
+  Tensor x = sample_randn({3, 5}, rng);
+  Tensor none = cross_entropy(x, index_tensor({-100, -100, -100}, {3}));
+  BOOST_TEST(none.item() == 0.0);
+  none.backward();
+  for (double v : x.grad().to_vector()) BOOST_TEST(v == 0.0);
+  // float32 against float64, with label smoothing
+  const Tensor l64 = randn({4, 6, 7}, rng, DType::Float64);
+  std::vector<std::int64_t> tv(24);
+  for (std::size_t i = 0; i < tv.size(); ++i) tv[i] = i % 5 == 0 ? -100 : std::int64_t(i % 7);
+  const Tensor tg = index_tensor(tv, {4, 6});
+  BOOST_TEST(std::fabs(cross_entropy(l64.to(DType::Float32), tg, -100, 0.1).item() - cross_entropy(l64, tg, -100, 0.1).item()) < 1e-6);
+  // the op's own errors
+  test::expect_throws([&] { softmax_cross_entropy(zeros({}), index_tensor({0}, {1})); }, "ShapeError",
+                      {"softmax_cross_entropy", "'x'", "scalar"});
+  test::expect_throws([&] { softmax_cross_entropy(zeros({2, 3}), index_tensor({0, 1, 2}, {3})); }, "ShapeError",
+                      {"softmax_cross_entropy", "'targets' (3)", "(2, 3)"});
+  test::expect_throws([&] { softmax_cross_entropy(zeros({2, 3}), zeros({2})); }, "DTypeError",
+                      {"softmax_cross_entropy", "'targets'", "int64", "float32"});
+  test::expect_throws([&] { softmax_cross_entropy(zeros({2, 3}), index_tensor({0, 3}, {2})); }, "IndexError",
+                      {"softmax_cross_entropy", "target 3", "3 classes", "(2, 3)"});
+  test::expect_throws([&] { softmax_cross_entropy(zeros({2, 3}), index_tensor({0, 1}, {2}), -100, 1.5); }, "ValueError",
+                      {"softmax_cross_entropy", "label_smoothing", "1.5"});
+  test::expect_throws([&] { softmax_cross_entropy(index_tensor({0, 1}, {1, 2}), index_tensor({0}, {1})); }, "DTypeError",
+                      {"softmax_cross_entropy", "'x'"});
 }
 
 struct MhaCase {
