@@ -241,11 +241,11 @@ Tensor softmax_cross_entropy(const Tensor& x, const Tensor& targets, std::int64_
     return out;
   });
   // The constant parts of the VJP as tensors (create_graph): w (rows..., C), W (rows..., 1).
-  auto weights = [=](DType dt, const std::int64_t* t) {
+  auto weights = [=](DType dt, const std::int64_t* tg) {
     std::vector<double> w(N * C, 0.0), row(N, 0.0);
     for (std::size_t i = 0; i < N; ++i) {
-      if (t[i] == ignore_index) continue;
-      for (std::size_t c = 0; c < C; ++c) row[i] += (w[i * C + c] = in_dtype(dt, wt.at(c, t[i])));
+      if (tg[i] == ignore_index) continue;
+      for (std::size_t c = 0; c < C; ++c) row[i] += (w[i * C + c] = in_dtype(dt, wt.at(c, tg[i])));
     }
     Shape rs = rows_shape;
     rs.push_back(1);

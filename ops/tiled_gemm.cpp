@@ -46,7 +46,6 @@
 namespace xgrad::detail {
 namespace {
 
-
 // One tile's work. The tile of C at c (row stride ldc), rows r < rows <= R, columns l < cols <= W:
 //   acc_rl = sum_k a[r][k * ka] b[k * ldb + l]     in order of k; b: cols readable columns a row
 //   c_rl   = alpha acc_rl                          beta == 0: C is not read
@@ -91,11 +90,10 @@ struct TileRun {
 template <std::size_t R>
 inline TileArgs tile_of(const TileRun& run, std::size_t i0, const float** a) {
   for (std::size_t r = 0; r < R; ++r) a[r] = run.A + std::min(i0 + r, run.M - 1) * run.ra;
-  return TileArgs{a,           run.ka,      run.b,   run.ldb,
-                  run.K,       run.alpha,   run.beta, run.c + i0 * run.ldc,
-                  run.ldc,     std::min(R, run.M - i0), run.cols,
-                  run.partial ? run.partial + (i0 - run.p0) * run.ldp : nullptr,
-                  run.ldp,     run.first_chunk, run.last_chunk, run.bias};
+  float* const partial = run.partial ? run.partial + (i0 - run.p0) * run.ldp : nullptr;
+  return TileArgs{a,       run.ka,   run.b,    run.ldb,          run.K,          run.alpha,
+                  run.beta, run.c + i0 * run.ldc, run.ldc, std::min(R, run.M - i0), run.cols,
+                  partial, run.ldp, run.first_chunk, run.last_chunk, run.bias};
 }
 using Tiles = void (*)(const TileRun& run);
 struct Tiling {
