@@ -445,7 +445,12 @@ void pack_rows(const T* x, std::size_t ldx, std::size_t n, std::size_t width, bo
 // rounded up to whole 16-key blocks within the S keys (the extra columns are never read), so a
 // head of under 16 keys (a padded batch) is one 16 x 16 register transpose instead of the
 // narrower variants' edges.
-std::size_t transposed_keys(std::size_t c_all, std::size_t S) { return std::min(S, padded(c_all)); }
+// Packed rows (attention_packed_rows) have no rows past L_b = c_all (the next batch's, or the
+// end of the buffer): exactly c_all there.
+template <class T>
+std::size_t transposed_keys(const HeadView<const T>& x, std::size_t c_all, std::size_t S) {
+  return x.stores_padding() ? std::min(S, padded(c_all)) : c_all;
+}
 
 // Rows [r0, r0 + n) of head (b, h) of x.
 template <class T>
@@ -502,7 +507,7 @@ void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const 
         set_nothing_visible(stats + 2 * (bh * d.T + i));
       }
       const std::size_t c_all = t_end == 0 ? 0 : block_keys(d, m, b, t_end);  // keys any row block computes
-      pack_head(k, b, h, 0, transposed_keys(c_all, d.S), true, kt.get(), ldk);
+      pack_head(k, b, h, 0, transposed_keys(k, c_all, d.S), true, kt.get(), ldk);
       const auto [vp, ldvp] = head_rows(v, b, h, 0, c_all, vr.get(), ldv);
       for (std::size_t r0 = 0; r0 < t_end; r0 += kRowBlock) {
         const std::size_t r1 = std::min(t_end, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, b, r1);
@@ -553,8 +558,8 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
         if (dk.base && dk.stores_padding()) std::fill_n(dk.at(b, h, s), d.D, T(0));
         if (dv.base && dv.stores_padding()) std::fill_n(dv.at(b, h, s), d.Dv, T(0));
       }
-      if (!saved) pack_head(k, b, h, 0, transposed_keys(c_all, d.S), true, kt.get(), ldt);
-      if (dq.base || dk.base) pack_head(v, b, h, 0, transposed_keys(c_all, d.S), true, vt.get(), ldt);
+      if (!saved) pack_head(k, b, h, 0, transposed_keys(k, c_all, d.S), true, kt.get(), ldt);
+      if (dq.base || dk.base) pack_head(v, b, h, 0, transposed_keys(v, c_all, d.S), true, vt.get(), ldt);
       const auto [kp, ldkp] = dq.base ? head_rows(k, b, h, 0, c_all, kr.get(), ldk) : std::pair<const T*, std::size_t>{};
       if (dq.base && dq.stores_padding())
         for (std::size_t i = t_end; i < d.T; ++i) std::fill_n(dq.at(b, h, i), d.D, T(0));
