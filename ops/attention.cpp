@@ -808,9 +808,29 @@ bool recording(const std::vector<Tensor>& inputs) {
 // positions are rows [first[b], first[b] + L_b) of the (N, F) operands.
 struct PackedRows {
   std::vector<std::size_t> lengths, first;  // (B) each
-  Tensor index;                             // Int64 (N): the rows' padded positions b * T + t
-  AttentionMasks padded;                    // the masks of the padded (B, T) batch: key padding t >= L_b, skip_padded_queries
+  std::size_t max_len = 0;
 };
+
+// The padded (B, max_len) batch of packed rows, which only the composed paths (a float mask
+// that needs a gradient, create_graph) build: the rows' padded positions b * max_len + t
+// (Int64, (N)), and the caller's checked masks plus key padding t >= L_b and
+// skip_padded_queries.
+Tensor padded_row_index(const PackedRows& r) {
+  std::vector<std::int64_t> index;
+  for (std::size_t b = 0; b < r.lengths.size(); ++b)
+    for (std::size_t t = 0; t < r.lengths[b]; ++t) index.push_back(std::int64_t(b * r.max_len + t));
+  const std::size_t n = index.size();
+  return index_tensor(std::move(index), {n});
+}
+AttentionMasks padded_masks(const PackedRows& r, const AttentionMasks& masks) {
+  std::vector<bool> padding(r.lengths.size() * r.max_len);
+  for (std::size_t b = 0; b < r.lengths.size(); ++b)
+    for (std::size_t t = r.lengths[b]; t < r.max_len; ++t) padding[b * r.max_len + t] = true;
+  AttentionMasks padded = masks;
+  padded.key_padding_mask = bool_tensor(padding, {r.lengths.size(), r.max_len});
+  padded.skip_padded_queries = true;
+  return padded;
+}
 
 // The fused op over q, k, v given as (data, row stride, first column) inside `inputs`
 // (three tensors, or one packed qkv; with `rows`, a qkv of packed rows and masks without key
@@ -856,10 +876,11 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
     const Tensor& x = n.input(0);
     std::vector<Tensor> grads(n.inputs().size());  // the masks' stay undefined
     if (rows) {  // on the padded batch: (N, F) rows to (B, T, F) and back
-      const Tensor xp = unpack_rows(x, rows->index, {d.B, d.T}), gp = unpack_rows(g, rows->index, {d.B, d.T});
+      const Tensor index = padded_row_index(*rows);
+      const Tensor xp = unpack_rows(x, index, {d.B, d.T}), gp = unpack_rows(g, index, {d.B, d.T});
       const auto gr = composite_backward(narrow(xp, 2, 0, E), narrow(xp, 2, E, E), narrow(xp, 2, 2 * E, Ev), gp,
-                                         rows->padded, d, scale);
-      grads[0] = pack_rows(concat({gr[0], gr[1], gr[2]}, 2), rows->index);
+                                         padded_masks(*rows, masks), d, scale);
+      grads[0] = pack_rows(concat({gr[0], gr[1], gr[2]}, 2), index);
       return grads;
     }
     if (packed) {
@@ -1023,38 +1044,29 @@ Tensor attention_packed_rows(const Tensor& qkv, const std::vector<std::size_t>& 
   auto rows = std::make_shared<PackedRows>();
   rows->lengths = lengths;
   rows->first.resize(B);
-  std::vector<std::int64_t> index;
-  std::vector<bool> padding(B * max_len);
+  rows->max_len = max_len;
   std::size_t n = 0;
   for (std::size_t b = 0; b < B; ++b) {
     if (lengths[b] > max_len)
       throw_error<ValueError>(op, "argument 'lengths' [", b, "] = ", lengths[b], " exceeds max_len ", max_len);
     rows->first[b] = n;
     n += lengths[b];
-    for (std::size_t t = 0; t < max_len; ++t) padding[b * max_len + t] = t >= lengths[b];
-    for (std::size_t t = 0; t < lengths[b]; ++t) index.push_back(std::int64_t(b * max_len + t));
   }
   if (n != qkv.shape()[0])
     throw_error<ShapeError>(op, "argument 'qkv' ", qkv.shape(), " must have one row per position: the ", B,
                             " 'lengths' sum to ", n);
-  rows->index = index_tensor(std::move(index), {n});
   Dims d;
   d.B = B, d.T = d.S = max_len, d.H = num_heads, d.D = d.Dv = E / num_heads;
-  AttentionMasks padded = masks_in;
-  padded.key_padding_mask = bool_tensor(padding, {B, max_len});
-  padded.skip_padded_queries = true;
-  rows->padded = check_masks(op, padded, d, qkv.dtype(), "qkv");
+  // checked and simplified; the lengths replace key padding and skipped queries
+  const AttentionMasks masks = check_masks(op, masks_in, d, qkv.dtype(), "qkv");
   scale = resolve_scale(op, scale, d);
-  if (mask_needs_grad(rows->padded)) {  // on the padded batch
-    const Tensor x = unpack_rows(qkv, rows->index, {B, max_len});
+  if (mask_needs_grad(masks)) {  // on the padded batch
+    const Tensor index = padded_row_index(*rows), x = unpack_rows(qkv, index, {B, max_len});
     return pack_rows(attention_reference(narrow(x, 2, 0, E), narrow(x, 2, E, E), narrow(x, 2, 2 * E, E), num_heads,
-                                         rows->padded, scale)
+                                         padded_masks(*rows, masks), scale)
                          .out,
-                     rows->index);
+                     index);
   }
-  AttentionMasks masks = rows->padded;  // checked and simplified; the lengths replace the key padding
-  masks.key_padding_mask = Tensor();
-  masks.skip_padded_queries = false;
   return fused_attention(op, {qkv}, d, masks, scale, std::move(rows));
 }
 
