@@ -124,8 +124,8 @@ std::vector<double> values(const std::vector<Tensor>& ts) {
 
 // Fused output and input gradients (random upstream) against attention_reference's, on both
 // backward paths: probabilities kept by the forward (small P), and recomputed from the row
-// statistics (forced by a size limit just below one (B, H, T, S) tensor) — those two must
-// agree bit for bit.
+// statistics (forced by a size limit that the linear tensors fit and the kept probabilities,
+// at least 32 elements per computed row, do not) — those two must agree bit for bit.
 void check_case(const Case& c, const std::string& name, const AttentionMasks& m, const Inputs& in, double tol) {
   BOOST_TEST_CONTEXT("B" << c.B << " T" << c.T << " S" << c.S << " H" << c.H << " D" << c.D << " Dv" << c.Dv
                          << ", " << name) {
@@ -143,12 +143,13 @@ void check_case(const Case& c, const std::string& name, const AttentionMasks& m,
     }
     const std::size_t probs = c.B * c.H * c.T * c.S * itemsize(in.q.dtype());
     const std::size_t largest = std::max({in.q.nbytes(), in.k.nbytes(), in.v.nbytes(), in.g.nbytes(),
-                                          c.B * c.H * c.T * 2 * itemsize(in.q.dtype())});
+                                          c.B * c.H * c.T * 2 * itemsize(in.q.dtype()),
+                                          m.mask.defined() ? m.mask.nbytes() : 0});  // a (B*H, T, S) mask is reshaped to 4-D
     if (largest < probs) {  // room for a limit between every linear tensor and P
-      const auto recomputed = run_fused(c, m, in, probs - 1);
+      const auto recomputed = run_fused(c, m, in, largest);
       BOOST_TEST((values(recomputed) == values(kept)), "recomputed probabilities give other bits than kept ones");
-      // a limit the (B, H, T, S) probabilities fit but their tensor (rows padded for the
-      // kernels) does not: recomputed as well, never a MemoryError
+      // a limit at the (B, H, T, S) size, which the kept row blocks (rows padded for the
+      // kernels, the causal future left out) may or may not fit: never a MemoryError
       const auto at_limit = run_fused(c, m, in, probs);
       BOOST_TEST((values(at_limit) == values(kept)), "probabilities at the size limit give other bits than kept ones");
     }
