@@ -5,8 +5,9 @@
 // ops/attention.cpp. Memory is linear in the sequence length: the probabilities exist one
 // block of 64 query rows at a time; for the backward the forward keeps (B, H, T, 2) row
 // statistics (softmax max and 1 / sum) and the backward recomputes each block's
-// probabilities from them (FlashAttention's recomputation) — or, when the (B, H, T, S)
-// probabilities take at most 32 MiB, keeps those instead (the same bits either way).
+// probabilities from them (FlashAttention's recomputation) — or, when the probabilities its
+// row blocks compute (the causal future and padding left out) take at most 32 MiB, keeps
+// those instead (the same bits either way).
 #pragma once
 #include <functional>
 #include <vector>
