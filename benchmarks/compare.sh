@@ -28,7 +28,10 @@
 #      table uses the faster and lists both);
 #   3. runs the peak-RSS drivers (train_step_rss and torch_mha.py --rss) as separate processes;
 #   4. prints the table. ratio = xgrad median / torch median (< 1 = xgrad faster); "C++ ratio"
-#      = xgrad median / libtorch median. Every time in it is wall clock (medians).
+#      = xgrad median / libtorch median. Every time in it is wall clock (medians). Item 3 (large
+#      against raw single-thread cblas_sgemm) comes from one extra run of the two with their
+#      repetitions interleaved (--benchmark_enable_random_interleaving), so a slow minute
+#      slows both sides instead of only one.
 # Never part of the test suite. Absolute times drift between runs: compare ratios of one run.
 set -euo pipefail
 
@@ -141,6 +144,13 @@ for t in $threads_list; do
   done
   run_xgrad "$t" cblas "^BM_cblas_"
   run_xgrad "$t" large "^BM_mha/large/"
+  if [[ $t == 1 ]]; then  # item 3: large and its sgemm reference in one process, repetitions interleaved
+    echo "  xgrad item 3: large and the sgemm reference interleaved (threads 1)" >&2
+    XGRAD_THREADS=1 "$bench" "${gb_args[@]}" --benchmark_enable_random_interleaving=true \
+      --benchmark_filter='^BM_mha/large/|^BM_cblas_sgemm_ref/threads:1' \
+      --benchmark_out="$out/item3_xgrad_t1.json" >"$out/item3_xgrad_t1.log" 2>&1 ||
+      echo "compare.sh: xgrad item 3 run failed; see $out/item3_xgrad_t1.log" >&2
+  fi
   run_xgrad "$t" large_mask "^BM_mha_bool_mask/large/"
   run_torch "$t" large --configs large
   run_libtorch "$t" large
@@ -166,10 +176,15 @@ CFG = {"tiny": (1, 8, 16, 2), "small": (8, 32, 64, 4), "mid": (8, 64, 128, 8), "
 def flops(B, T, E):  # GEMM FLOPs of MHA fwd+bwd: 24 B T E^2 + 12 B T^2 E
     return 24.0 * B * T * E * E + 12.0 * B * T * T * E
 
-def kept_probabilities(B, T, H, itemsize=4):
-    # ops/attention.cpp keep_probabilities: the forward keeps the (B, H, T, T) probabilities for
-    # the backward when they take at most 32 MiB; above that the backward recomputes the scores.
-    return B * H * T * T * itemsize <= 32 << 20
+def panel_stride(n):  # ops/detail.hpp
+    return (n + 15) // 16 * 16 + 16
+
+def kept_probabilities(B, T, H, itemsize=4, block=64):
+    # ops/attention.cpp keep_probabilities (KeptLayout, causal): the forward keeps each row
+    # block's probabilities, rows [r0, r0 + 64) over keys [0, min(T, r0 + 64)) at row stride
+    # panel_stride(keys), when they take at most 32 MiB; above that the backward recomputes them.
+    per_head = sum((min(T, r0 + block) - r0) * panel_stride(min(T, r0 + block)) for r0 in range(0, T, block))
+    return B * H * per_head * itemsize <= 32 << 20
 
 def performed_flops(B, T, E, H, block=64):
     # xgrad's causal attention skips key blocks wholly in the future: query rows [r0, r0 + 64)
@@ -265,15 +280,25 @@ B, T, E, H = CFG["large"]
 fl = flops(B, T, E)
 x1 = xg.get(("1", "BM_mha/large"))
 ref = xg.get(("1", "BM_cblas_sgemm_ref/threads:1"))
+item3 = {}  # the interleaved run's medians, when it ran: item 3 is read from it
+try:
+    for b in json.load(open(os.path.join(out, "item3_xgrad_t1.json"))).get("benchmarks", []):
+        if b.get("aggregate_name") == "median":
+            item3[b["run_name"].replace("/real_time", "")] = to_ms(b["real_time"], b["time_unit"])
+except (OSError, ValueError):
+    pass
+interleaved = "BM_mha/large" in item3 and "BM_cblas_sgemm_ref/threads:1" in item3
+x3, ref3 = (item3["BM_mha/large"], item3["BM_cblas_sgemm_ref/threads:1"]) if interleaved else (x1, ref)
 floor = xg.get(("1", "BM_cblas_mha_gemms/large"))
-if x1 and ref:
-    gx = fl * 1e-6 / x1
-    gref = 2.0 * 2048 * 1536 * 512 * 1e-6 / ref
+if x3 and ref3:
+    gx = fl * 1e-6 / x3
+    gref = 2.0 * 2048 * 1536 * 512 * 1e-6 / ref3
     pct = 100 * gx / gref
     pf, gemms = performed_flops(B, T, E, H)
-    gpf = pf * 1e-6 / x1
+    gpf = pf * 1e-6 / x3
     ppf = 100 * gpf / gref
-    print(f"large, 1 thread, raw cblas_sgemm (M2048 N1536 K512, 1 thread) {gref:.1f} GFLOP/s:")
+    print(f"large, 1 thread, raw cblas_sgemm (M2048 N1536 K512, 1 thread) {gref:.1f} GFLOP/s"
+          f"{', repetitions interleaved with large (' + format(x3, '.1f') + ' ms there)' if interleaved else ''}:")
     print(f"  xgrad on the GEMM FLOPs it performs ({pf * 1e-9:.2f} GFLOP: causal future blocks skipped,"
           f" {gemms} GEMMs per head and row block, the probabilities "
           f"{'kept' if gemms == 6 else 'recomputed in the backward'}) {gpf:.1f} GFLOP/s = {ppf:.0f}%"
@@ -282,7 +307,7 @@ if x1 and ref:
     if floor:
         gfl = fl * 1e-6 / floor
         print(f"  the layer's GEMMs, dense, in raw cblas (no softmax/bias/copies): {floor:.1f} ms, {gfl:.1f}"
-              f" GFLOP/s; xgrad takes {x1 / floor:.2f}x that time")
+              f" GFLOP/s; xgrad takes {(x1 or x3) / floor:.2f}x that time")
 for t in threads_list:
     xm, xc = xg.get((t, "BM_mha_bool_mask/large")), xg.get((t, "BM_mha/large"))
     if xm and xc:
