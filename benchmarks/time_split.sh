@@ -14,7 +14,8 @@
 # samples of every thread by symbol into the parts below, leaves out the benchmark's setup
 # (randn and the libm calls behind it) and scales each part to the benchmark's own median time
 # per iteration. A sampling profile: parts under ~1% of the total are noise; compare runs of
-# the same length.
+# the same length. With --threads above 1 the samples of every thread are CPU time: the parts
+# are then shares of the CPU time, and the ms column splits the wall-clock median by them.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -53,7 +54,8 @@ perf report -i "$tmp/perf.data" --no-children --sort symbol -F sample,symbol --s
     /^#/ || NF < 2 { next }
     {
       n = $1; sym = $0
-      if (sym ~ /sgemm_kernel/) part = "OpenBLAS GEMM kernel"
+      if (sym ~ /\[k\]/) part = "kernel (scheduler, page faults, kernel copies)"
+      else if (sym ~ /sgemm_kernel/) part = "OpenBLAS GEMM kernel"
       else if (sym ~ /sgemm_(it|on|ot|in)copy/) part = "OpenBLAS packing"
       else if (sym ~ /sgemm_beta/) part = "OpenBLAS C scaling (beta)"
       else if (sym ~ /tiles_|run_tiles|tiled_gemm|small_gemm/) part = "xgrad GEMM tiles (head products, mid-size GEMMs)"
@@ -67,12 +69,12 @@ perf report -i "$tmp/perf.data" --no-children --sort symbol -F sample,symbol --s
       else if (sym ~ /gelu/) part = "GELU"
       else if (sym ~ /Adam|AdamW|SGD|grad_squared_norm|scaled_grad|clip/) part = "optimizer step and gradient clipping"
       else if (sym ~ /cross_entropy|embedding/) part = "embedding and loss"
-      else if (sym ~ /\[k\]/) part = "kernel (scheduler, page faults)"
       else part = "other"
       samples[part] += n
       if (part != "SETUP") total += n
     }
     END {
+      if (total == 0) { print "0\ttime_split.sh: no samples outside the setup"; exit }
       for (p in samples) if (p != "SETUP")
         printf "%.4f\t%-52s %6.1f%% %9.2f %s\n", samples[p] / total, p, 100 * samples[p] / total,
                total_time * samples[p] / total, unit

@@ -485,7 +485,7 @@ std::size_t block_keys(const Dims& d, const MaskView<T>& m, std::size_t b, std::
 // Where the forward keeps the probabilities for the backward: each computed row block's (r, c)
 // probabilities, row stride panel_stride(c), back to back by (b, h) and then row block, so the
 // keys no block computes (the causal future, padding) take no memory (large's causal
-// (4, 8, 512, 512): 18.9 MB where (B, H, T, S) rows take 34.6). Every head of batch b has the
+// (4, 8, 512, 512): 19.9 MB where (B, H, T, S) rows take 34.6). Every head of batch b has the
 // same blocks, head_elems[b] elements.
 struct KeptLayout {
   std::vector<std::size_t> batch_first, head_elems;  // (B) each

@@ -124,8 +124,9 @@ std::vector<double> values(const std::vector<Tensor>& ts) {
 
 // Fused output and input gradients (random upstream) against attention_reference's, on both
 // backward paths: probabilities kept by the forward (small P), and recomputed from the row
-// statistics (forced by a size limit that the linear tensors fit and the kept probabilities,
-// at least 32 elements per computed row, do not) — those two must agree bit for bit.
+// statistics (forced by a size limit that the linear tensors and the bool mask fit and the
+// kept probabilities, panel_stride(c) >= 32 elements per computed row of c >= 1 keys, do not in
+// these cases) — those two must agree bit for bit.
 void check_case(const Case& c, const std::string& name, const AttentionMasks& m, const Inputs& in, double tol) {
   BOOST_TEST_CONTEXT("B" << c.B << " T" << c.T << " S" << c.S << " H" << c.H << " D" << c.D << " Dv" << c.Dv
                          << ", " << name) {
