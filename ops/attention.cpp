@@ -890,8 +890,8 @@ Tensor fused_attention(const char* op, std::vector<Tensor> inputs, const Dims& d
     stats = empty_tensor<T>({d.B, d.H, d.T, 2}, op);
     Tensor o = rows ? empty_tensor<T>({inputs[0].shape()[0], Ev}, op) : empty_tensor<T>({d.B, d.T, Ev}, op);
     const MaskView<T> mv = mask_view<T>(masks, d, key_end, rows != nullptr);
-    if (recording(inputs)) kept = kept_layout(d, mv);
-    const bool keep = recording(inputs) && keep_probabilities(kept, sizeof(T));
+    if (recording(inputs)) kept = kept_layout(d, mv);  // else nothing is kept: total 0
+    const bool keep = kept.total > 0 && keep_probabilities(kept, sizeof(T));
     if (keep) saved = empty_tensor<T>({kept.total}, op);
     const auto in = views(q, k, v);
     forward_kernel<T>(d, T(scale), in[0], in[1], in[2], mv, fresh_data<T>(stats),
