@@ -43,7 +43,7 @@ void gemm_one_call(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std
 // and two 512-row halves), so the blocks, and with them every bit of C, are the same for any
 // number of threads. Blocks are >= kMinBlock long and >= kMinBlockWork multiply-adds (each
 // one re-packs the other operand and pays a call: 3-6% of one-call speed at 4 blocks of 512,
-// measured in docs/PERFORMANCE.md), and at most kMaxBlocks.
+// measured in docs/PERFORMANCE_HISTORY.md), and at most kMaxBlocks.
 constexpr std::size_t kMinBlockWork = std::size_t(1) << 23;  // ~60 us on one core
 constexpr std::size_t kMinBlock = 256;
 constexpr std::size_t kMaxBlocks = 4;

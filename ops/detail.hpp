@@ -89,14 +89,14 @@ void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float
 // B packed once per call, then only for M >= 128 rows, where the packing is cheap against the
 // product) instead of OpenBLAS, which packs both operands on every call: at the reverse
 // model's and the MHA benchmarks' linear shapes 10-35% faster on the AVX-512 path, -3% to +7%
-// on the AVX2 one (one call, 1 thread; docs/PERFORMANCE.md, eighth round). Longer K (chunked)
+// on the AVX2 one (one call, 1 thread; docs/PERFORMANCE_HISTORY.md, eighth round). Longer K (chunked)
 // and a transposed A (the weight gradients: read in place, its k-th values lie a row of A
 // apart) stay on BLAS, whose packing wins there against its AVX-512 kernels.
 // Where xgrad runs its AVX-512 path while OpenBLAS runs kernels of 256 bits or less
 // (own_kernels_wider_than_blas: OPENBLAS_CORETYPE pins Haswell or Zen on an AVX-512 CPU, as the
 // environment of the AMD EPYC Zen 5 machines here does, or OpenBLAS does not know the CPU), the
 // 8 x 32 tiles are 1.5-1.9x faster than OpenBLAS at every shape of the MHA projections, a
-// transposed A read in place included (docs/PERFORMANCE.md, ninth round): every product runs
+// transposed A read in place included (docs/PERFORMANCE_HISTORY.md, ninth round): every product runs
 // here then but a transposed B under 128 rows, and but those whose scratch would be large: N
 // over 8,192 columns (the k-chunk sums of a 256-row panel: 256 N floats, <= 8 MiB), or a
 // transposed B of over 2^22 elements (its packed copy: <= 16 MiB), such as a vocabulary head.
