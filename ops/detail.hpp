@@ -85,6 +85,23 @@ void small_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::s
 void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                 std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc,
                 const float* bias = nullptr);
+// tiled_gemm with op(B) in column panels instead of rows: Bp holds (K, N) as panels of
+// kPanelCols columns, panel p (columns [p kPanelCols, (p + 1) kPanelCols)) at Bp + p kPanelCols K
+// with its row k at + k kPanelCols, as pack_panels lays out a transposed (N, K) operand. The same
+// bits as tiled_gemm on the same values laid out as rows. For a long operand read as B by short
+// products (attention's K^T and V^T at thousands of keys against 64-row blocks): a column
+// block's K rows are then one contiguous stretch, where as rows they lie a whole row apart and
+// every column block starts with K cache misses (the score products at 4,096 keys: 77 against
+// 89 GFLOP/s on a Zen 3). No bias, C as in tiled_gemm.
+constexpr std::size_t kPanelCols = 32;  // a multiple of every tiling's W (16, 32)
+void tiled_gemm_panels(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
+                       std::size_t lda, const float* Bp, float beta, float* C, std::size_t ldc);
+// dst = src^T in column panels for tiled_gemm_panels: src (rows, cols) at row stride lds becomes
+// (cols, rows) with rows' index as columns, panel p = src rows [p kPanelCols, ...) at
+// dst + p kPanelCols cols, dst[p kPanelCols cols + j kPanelCols + i % kPanelCols] = src[i lds + j].
+// Writes ceil(rows / kPanelCols) kPanelCols cols floats at most; a last partial panel's unused
+// columns are not written (tiled_gemm_panels never reads them for N <= rows).
+void pack_panels(std::size_t rows, std::size_t cols, const float* src, std::size_t lds, float* dst);
 // gemm<float> of mid size with op(A) not transposed and K <= 256 runs tiled_gemm (a transposed
 // B packed once per call, then only for M >= 128 rows, where the packing is cheap against the
 // product) instead of OpenBLAS, which packs both operands on every call: at the reverse

@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/isa.hpp"
@@ -301,9 +302,14 @@ constexpr std::size_t kPanelRows = 256;
 
 // Column blocks outer within a panel: a block's W columns of Bk stay in L1 while every row
 // tile reads them.
+// Bk as rows (bpanel 0: row k at Bk + k * ldb) or in column panels of bpanel columns (a
+// multiple of the tiling's W; ldb unused): columns [p bpanel, (p + 1) bpanel) at Bk + p bpanel K,
+// row k of them at + k bpanel. A column block's K rows are then one stretch, where as rows they
+// lie ldb apart (a long key panel: each column block then starts with K cache misses that the
+// prefetchers do not foresee).
 void run_tiles(const Tiling& tl, bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha,
                const float* A, std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C,
-               std::size_t ldc, const float* bias) {
+               std::size_t ldc, const float* bias, std::size_t bpanel = 0) {
   const std::size_t R = tl.rows, W = tl.cols;
   const std::size_t ra = trans_a ? 1 : lda, ka = trans_a ? lda : 1;  // a_ik = A[i * ra + k * ka]
   const bool chunked = K > kChunk;
@@ -317,7 +323,8 @@ void run_tiles(const Tiling& tl, bool trans_a, std::size_t M, std::size_t N, std
       const std::size_t kn = std::min(kc, K - k0);
       for (std::size_t j0 = 0; j0 < N; j0 += W) {
         const std::size_t p1 = std::min(M, p0 + panel);
-        TileRun run{A + k0 * ka, ra, ka, M, p0, p1, Bk + k0 * ldb + j0, ldb, kn, alpha, beta, C + j0, ldc,
+        const float* b = bpanel ? Bk + j0 / bpanel * bpanel * K + k0 * bpanel + j0 % bpanel : Bk + k0 * ldb + j0;
+        TileRun run{A + k0 * ka, ra, ka, M, p0, p1, b, bpanel ? bpanel : ldb, kn, alpha, beta, C + j0, ldc,
                     std::min(W, N - j0), chunked ? partial.get() + j0 : nullptr, ldp, p0, k0 == 0, k0 + kn >= K,
                     bias ? bias + j0 : nullptr};
         // the panel's last tile, when it has at most tail_rows rows (only the product's last can), in a tail tile
@@ -427,6 +434,20 @@ void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float
   const Tilings& t = XGRAD_ISA_SELECT(kTilings);
   run_tiles(M <= kSmallGemmMax ? t.small : N <= 16 ? t.narrow : t.large, trans_a, M, N, K, alpha, A, lda, Bk, ldb,
             beta, C, ldc, bias);
+}
+
+void tiled_gemm_panels(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
+                       std::size_t lda, const float* Bp, float beta, float* C, std::size_t ldc) {
+  if (M == 0 || N == 0) return;
+  const Tilings& t = XGRAD_ISA_SELECT(kTilings);
+  const Tiling& tl = M <= kSmallGemmMax ? t.small : N <= 16 ? t.narrow : t.large;
+  if (kPanelCols % tl.cols != 0) throw std::logic_error("tiled_gemm_panels: kPanelCols is not a multiple of the tile width");
+  run_tiles(tl, trans_a, M, N, K, alpha, A, lda, Bp, 0, beta, C, ldc, nullptr, kPanelCols);
+}
+
+void pack_panels(std::size_t rows, std::size_t cols, const float* src, std::size_t lds, float* dst) {
+  for (std::size_t i0 = 0; i0 < rows; i0 += kPanelCols)
+    transpose(std::min(kPanelCols, rows - i0), cols, src + i0 * lds, lds, dst + i0 * cols, kPanelCols);
 }
 
 void small_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -993,6 +994,19 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
           BOOST_TEST(wrong1 == 0u);
           BOOST_TEST(alone == 0u);
           BOOST_TEST(half_product_within_bound(A, lda, ta, B, ldb, false, M, N, K, block));
+          // op(B) in column panels (tiled_gemm_panels, as attention packs K^T and V^T): the same
+          // bits as read from rows; the panels sized exactly, the columns no panel fills NaN
+          std::vector<float> bt(N * K), panels((N + detail::kPanelCols - 1) / detail::kPanelCols * detail::kPanelCols * K, nan);
+          for (std::size_t k = 0; k < K; ++k)
+            for (std::size_t j = 0; j < N; ++j) bt[j * K + k] = B[k * ldb + j];
+          detail::pack_panels(N, K, bt.data(), K, panels.data());
+          std::vector<float> p0(rows * ldc, kSentinel), p1(rows * ldc, kSentinel);
+          for (std::size_t i = 0; i < M; ++i)
+            for (std::size_t j = 0; j < N; ++j) p0[i * ldc + j] = nan, p1[i * ldc + j] = float(cv[i * N + j]);
+          detail::tiled_gemm_panels(ta, M, N, K, alpha, A.data(), lda, panels.data(), 0.0f, p0.data(), ldc);
+          detail::tiled_gemm_panels(ta, M, N, K, alpha, A.data(), lda, panels.data(), beta, p1.data(), ldc);
+          BOOST_TEST((std::memcmp(p0.data(), c0.data(), p0.size() * sizeof(float)) == 0));
+          BOOST_TEST((std::memcmp(p1.data(), c1.data(), p1.size() * sizeof(float)) == 0));
           const bool small = M <= detail::kSmallGemmMax && N <= detail::kSmallGemmMax && K <= detail::kSmallGemmMax;
           // gemm<float> where it runs these kernels (small_gemm, or tiled_gemm_fits: on this path
           // and OpenBLAS kernel family; every product but a short NT one where OpenBLAS's kernels
