@@ -12,15 +12,15 @@
 //   c     = S, or min(S, r1) with is_causal, and at most 1 + batch b's last key that is not
 //           key padding (the masked future and trailing padding are not computed; their
 //           K, V entries are never read, so non-finite values there do not propagate);
-//   per head, once: K^T (D, c_all), V (c_all, Dv) (forward), V^T, K (backward) packed into
-//   padded panels, c_all = the last row block's c (pack_head)
+//   per head, once: K^T (D, c_all), V (c_all, Dv) (forward), V^T, K (backward) packed,
+//   c_all = the last row block's c (K^T, V^T: pack_keys_transposed; V, K: head_rows)
 //   forward                                        shapes
-//     X  = scale Q K^T                             (r, c)    head_gemm, into a per-thread scratch
+//     X  = scale Q K^T                             (r, c)    keys_gemm, into a per-thread scratch
 //     X  = row softmax(X + float_mask), masked     (r, c)    also saves m = row max, l = 1 / row sum
 //     O  = X V                                     (r, Dv)   head_gemm
 //   backward, upstream dO (r, Dv)
-//     P  = exp(scale Q K^T + float_mask - m) l     (r, c)    head_gemm + one pass: the forward's bits
-//     dP = dO V^T                                  (r, c)    head_gemm
+//     P  = exp(scale Q K^T + float_mask - m) l     (r, c)    keys_gemm + one pass: the forward's bits
+//     dP = dO V^T                                  (r, c)    keys_gemm
 //     dS = P * (dP - rowsum(dP * P))               (r, c)    softmax backward (in dP)
 //     dV^T += dO^T P                               (Dv, c)   head_gemm, summed over row blocks
 //     dQ = scale dS K                              (r, D)    head_gemm
@@ -410,8 +410,8 @@ void softmax_grad_rows(const T* P, std::size_t ldp, T* G, std::size_t ldg, std::
 }
 
 // The head products: C (M, N) = alpha op(A) Bk + beta C, with Bk (K, N) read as rows (row
-// stride ldb): K, V, K^T, V^T over the keys packed once per head, a row block's Q and dO
-// (head_rows), P and dS. In place, each row of K, V, Q or dO sits in its own stretch of a wide
+// stride ldb): K and V over the keys packed once per head, a row block's Q and dO (head_rows),
+// P and dS (K^T and V^T: keys_gemm below). In place, each row of K, V, Q or dO sits in its own stretch of a wide
 // row (stride 3E for packed qkv), at a stride that maps them all to a few L1 sets, and the
 // micro-kernel's loads then stall on memory. float32 runs xgrad's own micro-kernels
 // (detail::tiled_gemm: no per-call packing; the same bits on the AVX-512 and AVX2 paths),
@@ -426,7 +426,7 @@ void head_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, T alph
 using detail::panel_stride;
 
 // Rows [0, n) of x (width elements each, row stride ldx) into panel, row stride ld: as they
-// are, (n, width); or transposed, (width, n) (K^T, V^T).
+// are, (n, width); or transposed, (width, n) (dK^T, dV^T back into dK, dV; float64's K^T, V^T).
 template <class T>
 void pack_rows(const T* x, std::size_t ldx, std::size_t n, std::size_t width, bool transposed, T* panel,
                std::size_t ld) {
@@ -442,23 +442,24 @@ void pack_rows(const T* x, std::size_t ldx, std::size_t n, std::size_t width, bo
   }
 }
 // K^T and V^T of a head, the B of the score and dP products: float32 in column panels
-// (detail::pack_panels; its rows of 64 at a stride of the keys were K cache misses at the start
-// of every column block, the score products at 4,096 keys 77 against 89 GFLOP/s), float64 as
-// rows (D, n) at row stride ld. keys_gemm reads either: C (r, c) = alpha A (r, K) K^T[:, :c].
+// (detail::pack_bpanels; as rows (D, n) at a stride of the keys, every column block of a product
+// started with D cache misses a row apart: the score products at 4,096 keys 77 against 89
+// GFLOP/s), float64 as rows at row stride ld. keys_gemm reads either:
+//   C (r, c) = alpha A (r, D) X^T[:, :c]      X^T = K^T or V^T, c <= n
 template <class T>
 void pack_keys_transposed(HeadView<const T> x, std::size_t b, std::size_t h, std::size_t n, T* panel,
                           std::size_t ld) {
-  if constexpr (std::is_same_v<T, float>) detail::pack_panels(n, x.width, x.at(b, h, 0), x.ld, panel);
+  if constexpr (std::is_same_v<T, float>) detail::pack_bpanels(true, x.width, n, x.at(b, h, 0), x.ld, panel);
   else pack_rows(x.at(b, h, 0), x.ld, n, x.width, true, panel, ld);
 }
 template <class T>
-void keys_gemm(std::size_t r, std::size_t c, std::size_t K, T alpha, const T* A, std::size_t lda, const T* keys_t,
+void keys_gemm(std::size_t r, std::size_t c, std::size_t D, T alpha, const T* A, std::size_t lda, const T* keys_t,
                std::size_t ld, T* C, std::size_t ldc) {
-  if constexpr (std::is_same_v<T, float>) detail::tiled_gemm_panels(false, r, c, K, alpha, A, lda, keys_t, T(0), C, ldc);
-  else head_gemm<T>(false, r, c, K, alpha, A, lda, keys_t, ld, T(0), C, ldc);
+  if constexpr (std::is_same_v<T, float>) detail::tiled_gemm_bpanels(false, r, c, D, alpha, A, lda, keys_t, T(0), C, ldc);
+  else head_gemm<T>(false, r, c, D, alpha, A, lda, keys_t, ld, T(0), C, ldc);
 }
 
-// Keys packed into a transposed panel (K^T, V^T) for the c_all keys the GEMMs read: c_all
+// Keys packed into K^T, V^T (pack_keys_transposed) for the c_all keys the GEMMs read: c_all
 // rounded up to whole 16-key blocks within the S keys (the extra columns are never read), so a
 // head of under 16 keys (a padded batch) is one 16 x 16 register transpose instead of the
 // narrower variants' edges.
@@ -471,9 +472,9 @@ std::size_t transposed_keys(const HeadView<const T>& x, std::size_t c_all, std::
 
 // Rows [r0, r0 + n) of head (b, h) of x.
 template <class T>
-void pack_head(HeadView<const T> x, std::size_t b, std::size_t h, std::size_t r0, std::size_t n, bool transposed,
-               T* panel, std::size_t ld) {
-  pack_rows(x.at(b, h, r0), x.ld, n, x.width, transposed, panel, ld);
+void pack_head(HeadView<const T> x, std::size_t b, std::size_t h, std::size_t r0, std::size_t n, T* panel,
+               std::size_t ld) {
+  pack_rows(x.at(b, h, r0), x.ld, n, x.width, false, panel, ld);
 }
 
 // Rows [r0, r0 + n) of head (b, h) of x as the head GEMMs read them (pointer, row stride):
@@ -483,7 +484,7 @@ template <class T>
 std::pair<const T*, std::size_t> head_rows(HeadView<const T> x, std::size_t b, std::size_t h, std::size_t r0,
                                            std::size_t n, T* panel, std::size_t ld) {
   if (n <= 16) return {x.at(b, h, r0), x.ld};
-  pack_head(x, b, h, r0, n, false, panel, ld);
+  pack_head(x, b, h, r0, n, panel, ld);
   return {panel, ld};
 }
 

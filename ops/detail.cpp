@@ -66,15 +66,22 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
     if (small_gemm_fits(M, N, K))
       return small_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
   // Mid-sized float32 products run xgrad's own micro-kernels (tiled_gemm), op(B) as rows: B
-  // itself, or B^T packed once here. Their results do not depend on the blocks below at all.
+  // itself, or B^T packed once here; or B packed once into column panels (tiled_gemm_bpanels)
+  // for kPackBRows rows or more. Their results do not depend on the blocks below, nor on how
+  // op(B) is laid out.
   const T* Bk = B;
   std::size_t ldk = ldb;
-  bool tiled = false;
+  bool tiled = false, bpanels = false;
   AlignedBuffer<T> panel;
   if constexpr (std::is_same_v<T, float>)
     if (tiled_gemm_fits(trans_a, trans_b, M, N, K)) {
       tiled = true;
-      if (trans_b) {
+      if (!trans_b && M >= kPackBRows && M >= N && !own_kernels_wider_than_blas()) {
+        bpanels = true;
+        panel = aligned_buffer<T>((N + kBPanelWidth - 1) / kBPanelWidth * kBPanelWidth * K);
+        pack_bpanels(false, K, N, B, ldb, panel.get());
+        Bk = panel.get();
+      } else if (trans_b) {
         ldk = panel_stride(N);
         panel = aligned_buffer<T>(K * ldk);
         transpose(N, K, B, ldb, panel.get(), ldk);
@@ -82,9 +89,12 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
       }
     }
   // A block's rows of C, columns [n0, n0 + n): BLAS gets bias copied into them and beta 1.
+  // (bpanels: M >= N, so the blocks are row blocks, n0 = 0.)
   const auto one = [&](std::size_t m, std::size_t n, const T* a, const T* b, const T* bk, T* c, std::size_t n0) {
-    if constexpr (std::is_same_v<T, float>)
+    if constexpr (std::is_same_v<T, float>) {
+      if (bpanels) return tiled_gemm_bpanels(trans_a, m, n, K, alpha, a, lda, bk, beta, c, ldc, bias);
       if (tiled) return tiled_gemm(trans_a, m, n, K, alpha, a, lda, bk, ldk, beta, c, ldc, bias ? bias + n0 : nullptr);
+    }
     if (bias)
       for (std::size_t i = 0; i < m; ++i) std::copy_n(bias + n0, n, c + i * ldc);
     gemm_one_call(trans_a, trans_b, m, n, K, alpha, a, lda, b, ldb, bias ? T(1) : beta, c, ldc);

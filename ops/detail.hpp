@@ -85,30 +85,33 @@ void small_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::s
 void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                 std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc,
                 const float* bias = nullptr);
-// tiled_gemm with op(B) in column panels instead of rows: Bp holds (K, N) as panels of
-// kPanelCols columns, panel p (columns [p kPanelCols, (p + 1) kPanelCols)) at Bp + p kPanelCols K
-// with its row k at + k kPanelCols, as pack_panels lays out a transposed (N, K) operand. The same
-// bits as tiled_gemm on the same values laid out as rows. For a long operand read as B by short
-// products (attention's K^T and V^T at thousands of keys against 64-row blocks): a column
-// block's K rows are then one contiguous stretch, where as rows they lie a whole row apart and
-// every column block starts with K cache misses (the score products at 4,096 keys: 77 against
-// 89 GFLOP/s on a Zen 3). No bias, C as in tiled_gemm.
-constexpr std::size_t kPanelCols = 32;  // a multiple of every tiling's W (16, 32)
-void tiled_gemm_panels(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
-                       std::size_t lda, const float* Bp, float beta, float* C, std::size_t ldc);
-// dst = src^T in column panels for tiled_gemm_panels: src (rows, cols) at row stride lds becomes
-// (cols, rows) with rows' index as columns, panel p = src rows [p kPanelCols, ...) at
-// dst + p kPanelCols cols, dst[p kPanelCols cols + j kPanelCols + i % kPanelCols] = src[i lds + j].
-// Writes ceil(rows / kPanelCols) kPanelCols cols floats at most; a last partial panel's unused
-// columns are not written (tiled_gemm_panels never reads them for N <= rows).
-void pack_panels(std::size_t rows, std::size_t cols, const float* src, std::size_t lds, float* dst);
-// gemm<float> of mid size with op(A) not transposed and K <= 256 runs tiled_gemm (a transposed
-// B packed once per call, then only for M >= 128 rows, where the packing is cheap against the
-// product) instead of OpenBLAS, which packs both operands on every call: at the reverse
-// model's and the MHA benchmarks' linear shapes 10-35% faster on the AVX-512 path, -3% to +7%
-// on the AVX2 one (one call, 1 thread; docs/PERFORMANCE_HISTORY.md, eighth round). Longer K (chunked)
-// and a transposed A (the weight gradients: read in place, its k-th values lie a row of A
-// apart) stay on BLAS, whose packing wins there against its AVX-512 kernels.
+// tiled_gemm with op(B) in column panels instead of rows: Bp holds op(B) (K, N) as panels of
+// kBPanelWidth columns, panel p (columns [p w, (p + 1) w), w = kBPanelWidth) at Bp + p w K with
+// its row k at + k w, as pack_bpanels lays it out. The same bits as tiled_gemm on the same values
+// laid out as rows. Read as rows, a column block's K rows lie a row apart: for a long operand
+// (attention's K^T and V^T at thousands of keys) every column block starts with K cache misses,
+// and at a row stride of a multiple of 1 KiB (N = 256, 512, 1024 floats) the rows share a few
+// L1 sets and evict each other; in panels a column block is one contiguous stretch (the score
+// products at 4,096 keys: 77 against 89 GFLOP/s; 256 x 128 x 512 from 1.20x OpenBLAS's time to
+// 0.95x, packing included, on a Zen 3). Bias and C as in tiled_gemm.
+constexpr std::size_t kBPanelWidth = 32;  // a multiple of every tiling's W (16, 32)
+void tiled_gemm_bpanels(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
+                        std::size_t lda, const float* Bp, float beta, float* C, std::size_t ldc,
+                        const float* bias = nullptr);
+// op(B) (K, N) into column panels for tiled_gemm_bpanels: from B (K, N) itself (trans_b false)
+// or from B^T (N, K) (trans_b true), row stride ldb: dst[p w K + k w + j % w] = op(B)[k][j] with
+// p = j / w, w = kBPanelWidth. Writes fewer than ceil(N / w) w K floats; a last partial panel's
+// unused columns are not written (tiled_gemm_bpanels never reads them).
+void pack_bpanels(bool trans_b, std::size_t K, std::size_t N, const float* B, std::size_t ldb, float* dst);
+// gemm<float> of mid size with op(A) not transposed and K <= 128 (or K <= 256 with N < 256)
+// runs tiled_gemm (a transposed B packed once per call, then only for M >= 128 rows, where the
+// packing is cheap against the product) instead of OpenBLAS, which packs both operands on every
+// call: at the reverse model's and the MHA benchmarks' linear shapes 10-35% faster on the
+// AVX-512 path, -3% to +7% on the AVX2 one (one call, 1 thread; docs/PERFORMANCE_HISTORY.md,
+// eighth round). Longer K (chunked) and a transposed A (the weight gradients: read in place,
+// its k-th values lie a row of A apart) stay on BLAS, whose packing wins there against its
+// AVX-512 kernels; so does K over 128 with N >= 256, where OpenBLAS was 2-8% faster than the
+// tiles even with B in column panels on a Zen 3 (eighteenth round).
 // Where xgrad runs its AVX-512 path while OpenBLAS runs kernels of 256 bits or less
 // (own_kernels_wider_than_blas: OPENBLAS_CORETYPE pins Haswell or Zen on an AVX-512 CPU, as the
 // environment of the AMD EPYC Zen 5 machines here does, or OpenBLAS does not know the CPU), the
@@ -121,8 +124,15 @@ bool own_kernels_wider_than_blas();
 inline bool tiled_gemm_fits(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K) {
   if (own_kernels_wider_than_blas())
     return N <= 8192 && (!trans_b || (M >= 128 && N * K <= (std::size_t(1) << 22)));
-  return !trans_a && K <= 256 && N <= 1024 && (!trans_b || M >= 128) && M * N * K <= (std::size_t(1) << 25);
+  return !trans_a && (K <= 128 || (K <= 256 && N < 256)) && N <= 1024 && (!trans_b || M >= 128) &&
+         M * N * K <= (std::size_t(1) << 25);
 }
+// gemm<float> packs a B that is not transposed into column panels (pack_bpanels) for its tiled
+// products of at least this many rows, and no more columns than rows (so its blocks, if any,
+// are row blocks): there the copy costs ~1-5% of the product and saves the L1 conflicts of B's
+// rows (above); below it, reading B in place is faster (64 x 64 x 192: 0.89x OpenBLAS's time in
+// place, 1.13x packed).
+constexpr std::size_t kPackBRows = 256;
 // Row stride of a packed panel with rows of n elements: n rounded up to 16, plus 16, so that
 // rows of a power-of-two length (512 floats: 2 KiB) do not all map to the same few L1 sets.
 constexpr std::size_t panel_stride(std::size_t n) { return (n + 15) / 16 * 16 + 16; }

@@ -13,7 +13,9 @@
 // or against D columns with K = S (P V): OpenBLAS re-packs both operands on every call, ran
 // these at 57-88 GFLOP/s on an AVX-512 Xeon against 176 for one large product, and packing was
 // 20% of the large MHA layer's time. tiled_gemm reads op(B) as rows; a transposed B is packed
-// into that layout once per head by the caller (transpose).
+// into that layout once per head by the caller (transpose), or into column panels of
+// kBPanelWidth columns (pack_bpanels, read by tiled_gemm_bpanels: attention's K^T and V^T, whose
+// rows lie a whole row of keys apart, and gemm<float>'s B for 256 rows or more).
 //
 //   C (M, N) = alpha op(A) Bk + beta C       op(A) (M, K), Bk (K, N) = op(B) as rows (ldb)
 //   for each tile of R rows i and W columns j (micro-kernel tile_*; W a multiple of the
@@ -436,18 +438,28 @@ void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float
             beta, C, ldc, bias);
 }
 
-void tiled_gemm_panels(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
-                       std::size_t lda, const float* Bp, float beta, float* C, std::size_t ldc) {
+void tiled_gemm_bpanels(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
+                        std::size_t lda, const float* Bp, float beta, float* C, std::size_t ldc,
+                        const float* bias) {
   if (M == 0 || N == 0) return;
   const Tilings& t = XGRAD_ISA_SELECT(kTilings);
   const Tiling& tl = M <= kSmallGemmMax ? t.small : N <= 16 ? t.narrow : t.large;
-  if (kPanelCols % tl.cols != 0) throw std::logic_error("tiled_gemm_panels: kPanelCols is not a multiple of the tile width");
-  run_tiles(tl, trans_a, M, N, K, alpha, A, lda, Bp, 0, beta, C, ldc, nullptr, kPanelCols);
+  if (kBPanelWidth % tl.cols != 0)
+    throw std::logic_error("tiled_gemm_bpanels: kBPanelWidth is not a multiple of the tile width");
+  run_tiles(tl, trans_a, M, N, K, alpha, A, lda, Bp, 0, beta, C, ldc, bias, kBPanelWidth);
 }
 
-void pack_panels(std::size_t rows, std::size_t cols, const float* src, std::size_t lds, float* dst) {
-  for (std::size_t i0 = 0; i0 < rows; i0 += kPanelCols)
-    transpose(std::min(kPanelCols, rows - i0), cols, src + i0 * lds, lds, dst + i0 * cols, kPanelCols);
+void pack_bpanels(bool trans_b, std::size_t K, std::size_t N, const float* B, std::size_t ldb, float* dst) {
+  constexpr std::size_t w = kBPanelWidth;
+  for (std::size_t j0 = 0; j0 < N; j0 += w) {
+    const std::size_t n = std::min(w, N - j0);
+    float* panel = dst + j0 * K;
+    if (trans_b) {
+      transpose(n, K, B + j0 * ldb, ldb, panel, w);  // B^T rows [j0, j0 + n) -> (K, n)
+    } else {
+      for (std::size_t k = 0; k < K; ++k) std::copy_n(B + k * ldb + j0, n, panel + k * w);
+    }
+  }
 }
 
 void small_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,

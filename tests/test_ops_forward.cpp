@@ -994,17 +994,23 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
           BOOST_TEST(wrong1 == 0u);
           BOOST_TEST(alone == 0u);
           BOOST_TEST(half_product_within_bound(A, lda, ta, B, ldb, false, M, N, K, block));
-          // op(B) in column panels (tiled_gemm_panels, as attention packs K^T and V^T): the same
-          // bits as read from rows; the panels sized exactly, the columns no panel fills NaN
-          std::vector<float> bt(N * K), panels((N + detail::kPanelCols - 1) / detail::kPanelCols * detail::kPanelCols * K, nan);
+          // op(B) in column panels (tiled_gemm_bpanels, as attention packs K^T and V^T): the same
+          // bits as read from rows; whole panels (a read past column N inside the last one would
+          // not fault: its unwritten columns are NaN, which would reach C), here on the baseline,
+          // AVX2 (16-column tiles, two per panel) and AVX-512 (32-column tiles) paths
+          constexpr std::size_t w = detail::kBPanelWidth;
+          // (packed from B and from B^T: the same panels)
+          std::vector<float> bt(N * (K + 3)), panels((N + w - 1) / w * w * K, nan), from_bt(panels);
           for (std::size_t k = 0; k < K; ++k)
-            for (std::size_t j = 0; j < N; ++j) bt[j * K + k] = B[k * ldb + j];
-          detail::pack_panels(N, K, bt.data(), K, panels.data());
+            for (std::size_t j = 0; j < N; ++j) bt[j * (K + 3) + k] = B[k * ldb + j];
+          detail::pack_bpanels(false, K, N, B.data(), ldb, panels.data());
+          detail::pack_bpanels(true, K, N, bt.data(), K + 3, from_bt.data());
+          BOOST_TEST((std::memcmp(panels.data(), from_bt.data(), panels.size() * sizeof(float)) == 0));
           std::vector<float> p0(rows * ldc, kSentinel), p1(rows * ldc, kSentinel);
           for (std::size_t i = 0; i < M; ++i)
             for (std::size_t j = 0; j < N; ++j) p0[i * ldc + j] = nan, p1[i * ldc + j] = float(cv[i * N + j]);
-          detail::tiled_gemm_panels(ta, M, N, K, alpha, A.data(), lda, panels.data(), 0.0f, p0.data(), ldc);
-          detail::tiled_gemm_panels(ta, M, N, K, alpha, A.data(), lda, panels.data(), beta, p1.data(), ldc);
+          detail::tiled_gemm_bpanels(ta, M, N, K, alpha, A.data(), lda, panels.data(), 0.0f, p0.data(), ldc);
+          detail::tiled_gemm_bpanels(ta, M, N, K, alpha, A.data(), lda, panels.data(), beta, p1.data(), ldc);
           BOOST_TEST((std::memcmp(p0.data(), c0.data(), p0.size() * sizeof(float)) == 0));
           BOOST_TEST((std::memcmp(p1.data(), c1.data(), p1.size() * sizeof(float)) == 0));
           const bool small = M <= detail::kSmallGemmMax && N <= detail::kSmallGemmMax && K <= detail::kSmallGemmMax;
