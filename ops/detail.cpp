@@ -76,7 +76,7 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
   if constexpr (std::is_same_v<T, float>)
     if (tiled_gemm_fits(trans_a, trans_b, M, N, K)) {
       tiled = true;
-      if (!trans_b && M >= kPackBRows && M >= N && !own_kernels_wider_than_blas()) {
+      if (!trans_b && M >= kPackBRows && !own_kernels_wider_than_blas()) {
         bpanels = true;
         panel = aligned_buffer<T>((N + kBPanelWidth - 1) / kBPanelWidth * kBPanelWidth * K);
         pack_bpanels(false, K, N, B, ldb, panel.get());
@@ -89,10 +89,10 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
       }
     }
   // A block's rows of C, columns [n0, n0 + n): BLAS gets bias copied into them and beta 1.
-  // (bpanels: M >= N, so the blocks are row blocks, n0 = 0.)
+  // (bpanels: bk = the block's first panel; column blocks start on whole panels.)
   const auto one = [&](std::size_t m, std::size_t n, const T* a, const T* b, const T* bk, T* c, std::size_t n0) {
     if constexpr (std::is_same_v<T, float>) {
-      if (bpanels) return tiled_gemm_bpanels(trans_a, m, n, K, alpha, a, lda, bk, beta, c, ldc, bias);
+      if (bpanels) return tiled_gemm_bpanels(trans_a, m, n, K, alpha, a, lda, bk, beta, c, ldc, bias ? bias + n0 : nullptr);
       if (tiled) return tiled_gemm(trans_a, m, n, K, alpha, a, lda, bk, ldk, beta, c, ldc, bias ? bias + n0 : nullptr);
     }
     if (bias)
@@ -104,7 +104,8 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
   const std::size_t len = by_rows ? M : N;
   const std::size_t blocks = std::clamp<std::size_t>(std::min(len / kMinBlock, M * N * K / kMinBlockWork), 1, kMaxBlocks);
   if (blocks == 1) return one(M, N, A, B, Bk, C, 0);
-  const std::size_t step = (len / blocks + kBlockAlign - 1) / kBlockAlign * kBlockAlign;
+  const std::size_t align = bpanels && !by_rows ? kBPanelWidth : kBlockAlign;
+  const std::size_t step = (len / blocks + align - 1) / align * align;
   const std::size_t count = (len + step - 1) / step;
   parallel_for(count, step * (by_rows ? N : M) * K, [&](std::size_t begin, std::size_t end) {
     for (std::size_t blk = begin; blk < end; ++blk) {
@@ -112,7 +113,7 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
       if (by_rows)
         one(n, N, trans_a ? A + lo : A + lo * lda, B, Bk, C + lo * ldc, 0);
       else
-        one(M, n, A, trans_b ? B + lo * ldb : B + lo, Bk + lo, C + lo, lo);
+        one(M, n, A, trans_b ? B + lo * ldb : B + lo, bpanels ? Bk + lo * K : Bk + lo, C + lo, lo);
     }
   });
 }

@@ -128,10 +128,10 @@ inline bool tiled_gemm_fits(bool trans_a, bool trans_b, std::size_t M, std::size
          M * N * K <= (std::size_t(1) << 25);
 }
 // gemm<float> packs a B that is not transposed into column panels (pack_bpanels) for its tiled
-// products of at least this many rows, and no more columns than rows (so its blocks, if any,
-// are row blocks): there the copy costs ~1-5% of the product and saves the L1 conflicts of B's
-// rows (above); below it, reading B in place is faster (64 x 64 x 192: 0.89x OpenBLAS's time in
-// place, 1.13x packed).
+// products of at least this many rows (its column blocks, if any, then start on whole panels):
+// there the copy costs ~1-5% of the product and saves the L1 conflicts of B's rows (above);
+// below it, reading B in place is faster (64 x 64 x 192: 0.89x OpenBLAS's time in place, 1.13x
+// packed). Not where own_kernels_wider_than_blas routes every product (unmeasured there).
 constexpr std::size_t kPackBRows = 256;
 // Row stride of a packed panel with rows of n elements: n rounded up to 16, plus 16, so that
 // rows of a power-of-two length (512 floats: 2 KiB) do not all map to the same few L1 sets.

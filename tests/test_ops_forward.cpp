@@ -945,10 +945,12 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
     std::size_t M, N, K;
   };
   // K > 128 runs in chunks of 128 (raw sums carried over: the same bits); M > 256 in row panels;
-  // the last two: gemm<float> cuts them into 2 row blocks and 3 column blocks
-  const Case cases[] = {{64, 100, 70},  {13, 17, 5},    {9, 64, 33},   {70, 16, 64},  {1, 1, 1},   {31, 29, 32},
-                        {40, 50, 300},  {9, 33, 129},   {130, 40, 70}, {300, 40, 300}, {600, 120, 256},
-                        {130, 1000, 200}};
+  // the last three: gemm<float> cuts them into 2 row blocks, 3 column blocks, and 3 column blocks
+  // of B packed in column panels (kPackBRows rows or more; the panels by pack_bpanels in the
+  // 600-row case too)
+  const Case cases[] = {{64, 100, 70},  {13, 17, 5},    {9, 64, 33},   {70, 16, 64},    {1, 1, 1},
+                        {31, 29, 32},   {40, 50, 300},  {9, 33, 129},  {130, 40, 70},   {300, 40, 300},
+                        {600, 120, 256}, {130, 1000, 200}, {256, 1000, 100}};
   std::vector<std::vector<float>> first_path;  // per case and transpose: the first fused path's C
   for (CpuPath path : supported_cpu_paths()) {
     set_cpu_path(path);
@@ -1052,9 +1054,10 @@ BOOST_AUTO_TEST_CASE(float32_gemm_row_bias_equals_bias_copied_with_beta_one) {
     std::size_t M, N, K;
   };
   // small; tiled with column tails and k chunks; 2 row blocks; column blocks (N > M); K = 0;
-  // K > 256 (BLAS unless the wide routing)
+  // K > 256 (BLAS unless the wide routing); B in column panels, in row blocks and in 3 column
+  // blocks (1024 x 40 x 256, 256 x 1000 x 100, not transposed)
   const Case cases[] = {{5, 7, 3},      {32, 32, 32},   {130, 37, 70},  {200, 100, 200}, {1024, 40, 256},
-                        {128, 2048, 64}, {64, 2048, 300}, {9, 12, 0},    {300, 70, 300}};
+                        {128, 2048, 64}, {64, 2048, 300}, {9, 12, 0},    {300, 70, 300},  {256, 1000, 100}};
   for (CpuPath path : supported_cpu_paths()) {
     set_cpu_path(path);
     for (const Case& cs : cases)
