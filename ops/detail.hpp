@@ -92,7 +92,7 @@ void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float
 // (attention's K^T and V^T at thousands of keys) every column block starts with K cache misses,
 // and at a row stride of a multiple of 1 KiB (N = 256, 512, 1024 floats) the rows share a few
 // L1 sets and evict each other; in panels a column block is one contiguous stretch (the score
-// products at 4,096 keys: 77 against 89 GFLOP/s; 256 x 128 x 512 from 1.20x OpenBLAS's time to
+// products at 4,096 keys: 77 against 89 GFLOP/s; M 256, N 512, K 128 from 1.20x OpenBLAS's time to
 // 0.95x, packing included, on a Zen 3). Bias and C as in tiled_gemm.
 constexpr std::size_t kBPanelWidth = 32;  // a multiple of every tiling's W (16, 32)
 void tiled_gemm_bpanels(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
@@ -110,7 +110,7 @@ void pack_bpanels(bool trans_b, std::size_t K, std::size_t N, const float* B, st
 // AVX-512 path, -3% to +7% on the AVX2 one (one call, 1 thread; docs/PERFORMANCE_HISTORY.md,
 // eighth round). Longer K (chunked) and a transposed A (the weight gradients: read in place,
 // its k-th values lie a row of A apart) stay on BLAS, whose packing wins there against its
-// AVX-512 kernels; so does K over 128 with N >= 256, where OpenBLAS was 2-8% faster than the
+// AVX-512 kernels; so does K over 128 with N >= 256, where OpenBLAS was 1-8% faster than the
 // tiles even with B in column panels on a Zen 3 (eighteenth round).
 // Where xgrad runs its AVX-512 path while OpenBLAS runs kernels of 256 bits or less
 // (own_kernels_wider_than_blas: OPENBLAS_CORETYPE pins Haswell or Zen on an AVX-512 CPU, as the
