@@ -66,9 +66,10 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
     if (small_gemm_fits(M, N, K))
       return small_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
   // Mid-sized float32 products run xgrad's own micro-kernels (tiled_gemm), op(B) as rows: B
-  // itself, or B^T packed once here; or B packed once into column panels (tiled_gemm_bpanels)
-  // for kPackBRows rows or more. Their results do not depend on the blocks below, nor on how
-  // op(B) is laid out.
+  // itself, or B^T packed once here; or, for a B that is not transposed, kPackBRows rows or
+  // more and not under own_kernels_wider_than_blas, B packed once into column panels
+  // (tiled_gemm_bpanels). Their results do not depend on the blocks below, nor on how op(B) is
+  // laid out.
   const T* Bk = B;
   std::size_t ldk = ldb;
   bool tiled = false, bpanels = false;
@@ -105,7 +106,9 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
   const std::size_t blocks = std::clamp<std::size_t>(std::min(len / kMinBlock, M * N * K / kMinBlockWork), 1, kMaxBlocks);
   if (blocks == 1) return one(M, N, A, B, Bk, C, 0);
   const std::size_t align = bpanels && !by_rows ? kBPanelWidth : kBlockAlign;
-  const std::size_t step = (len / blocks + align - 1) / align * align;
+  // ceil(len / blocks) rounded up to align: at most `blocks` blocks (len / blocks rounded down
+  // and then up could leave a last block of a few rows, e.g. 256 + 256 + 256 + 1 of 769)
+  const std::size_t step = ((len + blocks - 1) / blocks + align - 1) / align * align;
   const std::size_t count = (len + step - 1) / step;
   parallel_for(count, step * (by_rows ? N : M) * K, [&](std::size_t begin, std::size_t end) {
     for (std::size_t blk = begin; blk < end; ++blk) {

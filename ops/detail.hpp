@@ -100,15 +100,16 @@ void tiled_gemm_bpanels(bool trans_a, std::size_t M, std::size_t N, std::size_t 
                         const float* bias = nullptr);
 // op(B) (K, N) into column panels for tiled_gemm_bpanels: from B (K, N) itself (trans_b false)
 // or from B^T (N, K) (trans_b true), row stride ldb: dst[p w K + k w + j % w] = op(B)[k][j] with
-// p = j / w, w = kBPanelWidth. Writes fewer than ceil(N / w) w K floats; a last partial panel's
-// unused columns are not written (tiled_gemm_bpanels never reads them).
+// p = j / w, w = kBPanelWidth. Writes only within the first ceil(N / w) w K floats of dst (all
+// of them when w divides N); a last partial panel's unused columns are not written
+// (tiled_gemm_bpanels never reads them).
 void pack_bpanels(bool trans_b, std::size_t K, std::size_t N, const float* B, std::size_t ldb, float* dst);
 // gemm<float> of mid size with op(A) not transposed and K <= 128 (or K <= 256 with N < 256)
 // runs tiled_gemm (a transposed B packed once per call, then only for M >= 128 rows, where the
 // packing is cheap against the product) instead of OpenBLAS, which packs both operands on every
 // call: at the reverse model's and the MHA benchmarks' linear shapes 10-35% faster on the
 // AVX-512 path, -3% to +7% on the AVX2 one (one call, 1 thread; docs/PERFORMANCE_HISTORY.md,
-// eighth round). Longer K (chunked) and a transposed A (the weight gradients: read in place,
+// eighth round). K over 256 and a transposed A (the weight gradients: read in place,
 // its k-th values lie a row of A apart) stay on BLAS, whose packing wins there against its
 // AVX-512 kernels; so does K over 128 with N >= 256, where OpenBLAS was 1-8% faster than the
 // tiles even with B in column panels on a Zen 3 (eighteenth round).

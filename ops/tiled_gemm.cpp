@@ -15,7 +15,8 @@
 // 20% of the large MHA layer's time. tiled_gemm reads op(B) as rows; a transposed B is packed
 // into that layout once per head by the caller (transpose), or into column panels of
 // kBPanelWidth columns (pack_bpanels, read by tiled_gemm_bpanels: attention's K^T and V^T, whose
-// rows lie a whole row of keys apart, and gemm<float>'s B for 256 rows or more).
+// rows lie a whole row of keys apart, and gemm<float>'s B when not transposed, for products of
+// 256 rows or more).
 //
 //   C (M, N) = alpha op(A) Bk + beta C       op(A) (M, K), Bk (K, N) = op(B) as rows (ldb)
 //   for each tile of R rows i and W columns j (micro-kernel tile_*; W a multiple of the

@@ -945,12 +945,14 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
     std::size_t M, N, K;
   };
   // K > 128 runs in chunks of 128 (raw sums carried over: the same bits); M > 256 in row panels;
-  // the last three: gemm<float> cuts them into 2 row blocks, 3 column blocks, and 3 column blocks
-  // of B packed in column panels (kPackBRows rows or more; the panels by pack_bpanels in the
-  // 600-row case too)
-  const Case cases[] = {{64, 100, 70},  {13, 17, 5},    {9, 64, 33},   {70, 16, 64},    {1, 1, 1},
-                        {31, 29, 32},   {40, 50, 300},  {9, 33, 129},  {130, 40, 70},   {300, 40, 300},
-                        {600, 120, 256}, {130, 1000, 200}, {256, 1000, 100}};
+  // the last four: gemm<float> cuts them into 2 row blocks of B packed in column panels
+  // (kPackBRows rows or more), 3 column blocks (tiled with B as rows, under 256 rows; and the
+  // same with K 200, tiled only under the wide routing, OpenBLAS otherwise), and 3 column
+  // blocks of B in column panels
+  const Case cases[] = {{64, 100, 70},    {13, 17, 5},      {9, 64, 33},     {70, 16, 64},
+                        {1, 1, 1},        {31, 29, 32},     {40, 50, 300},   {9, 33, 129},
+                        {130, 40, 70},    {300, 40, 300},   {600, 120, 256}, {200, 1000, 128},
+                        {130, 1000, 200}, {256, 1000, 100}};
   std::vector<std::vector<float>> first_path;  // per case and transpose: the first fused path's C
   for (CpuPath path : supported_cpu_paths()) {
     set_cpu_path(path);
@@ -997,9 +999,9 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
           BOOST_TEST(alone == 0u);
           BOOST_TEST(half_product_within_bound(A, lda, ta, B, ldb, false, M, N, K, block));
           // op(B) in column panels (tiled_gemm_bpanels, as attention packs K^T and V^T): the same
-          // bits as read from rows; whole panels (a read past column N inside the last one would
-          // not fault: its unwritten columns are NaN, which would reach C), here on the baseline,
-          // AVX2 (16-column tiles, two per panel) and AVX-512 (32-column tiles) paths
+          // bits as read from rows, on every path the CPU runs (baseline and AVX2: 16-column
+          // tiles, two per panel; AVX-512: 32-column tiles); the unwritten columns of the last
+          // panel are NaN, which a read at a wrong offset would carry into C
           constexpr std::size_t w = detail::kBPanelWidth;
           // (packed from B and from B^T: the same panels)
           std::vector<float> bt(N * (K + 3)), panels((N + w - 1) / w * w * K, nan), from_bt(panels);
@@ -1023,6 +1025,12 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
             std::vector<float> y_nn(M * N);
             detail::gemm<float>(ta, false, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0f, y_nn.data(), N);
             BOOST_TEST((y_nn == block));
+            // and with beta: C read on every route (B as rows, in panels, in row or column blocks)
+            std::vector<float> y_beta(rows * ldc, kSentinel);
+            for (std::size_t i = 0; i < M; ++i)
+              for (std::size_t j = 0; j < N; ++j) y_beta[i * ldc + j] = float(cv[i * N + j]);
+            detail::gemm<float>(ta, false, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, y_beta.data(), ldc);
+            BOOST_TEST((std::memcmp(y_beta.data(), c1.data(), c1.size() * sizeof(float)) == 0));
           }
           if (small || detail::tiled_gemm_fits(ta, true, M, N, K)) {
             // gemm<float> with a transposed B (N, K): packed, then the same kernels
@@ -1053,11 +1061,12 @@ BOOST_AUTO_TEST_CASE(float32_gemm_row_bias_equals_bias_copied_with_beta_one) {
   struct Case {
     std::size_t M, N, K;
   };
-  // small; tiled with column tails and k chunks; 2 row blocks; column blocks (N > M); K = 0;
-  // K > 256 (BLAS unless the wide routing); B in column panels, in row blocks and in 3 column
-  // blocks (1024 x 40 x 256, 256 x 1000 x 100, not transposed)
-  const Case cases[] = {{5, 7, 3},      {32, 32, 32},   {130, 37, 70},  {200, 100, 200}, {1024, 40, 256},
-                        {128, 2048, 64}, {64, 2048, 300}, {9, 12, 0},    {300, 70, 300},  {256, 1000, 100}};
+  // small; tiled with column tails and k chunks; column blocks (N > M); K = 0; K > 256 (BLAS
+  // unless the wide routing); B not transposed in column panels: one block (1024 x 40 x 256),
+  // 2 row blocks (600 x 120 x 256), 3 column blocks (256 x 1000 x 100)
+  const Case cases[] = {{5, 7, 3},       {32, 32, 32},    {130, 37, 70}, {200, 100, 200}, {1024, 40, 256},
+                        {128, 2048, 64}, {64, 2048, 300}, {9, 12, 0},    {300, 70, 300},  {256, 1000, 100},
+                        {600, 120, 256}};
   for (CpuPath path : supported_cpu_paths()) {
     set_cpu_path(path);
     for (const Case& cs : cases)
