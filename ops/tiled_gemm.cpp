@@ -429,22 +429,27 @@ void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t
   XGRAD_ISA_SELECT(transpose)(rows, cols, src, lds, dst, ldd);
 }
 
+namespace {
+// The tiling of an M x N product on this CPU path (the bits do not depend on it: each element
+// is the same function either way).
+Tiling tiling_for(std::size_t M, std::size_t N) {  // by value: isa_select returns a copy
+  const Tilings& t = XGRAD_ISA_SELECT(kTilings);
+  return M <= kSmallGemmMax ? t.small : N <= 16 ? t.narrow : t.large;
+}
+}  // namespace
+
 void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                 std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc,
                 const float* bias) {
   if (M == 0 || N == 0) return;
-  // (the bits do not depend on the tiling: each element is the same function either way)
-  const Tilings& t = XGRAD_ISA_SELECT(kTilings);
-  run_tiles(M <= kSmallGemmMax ? t.small : N <= 16 ? t.narrow : t.large, trans_a, M, N, K, alpha, A, lda, Bk, ldb,
-            beta, C, ldc, bias);
+  run_tiles(tiling_for(M, N), trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias);
 }
 
 void tiled_gemm_bpanels(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                         std::size_t lda, const float* Bp, float beta, float* C, std::size_t ldc,
                         const float* bias) {
   if (M == 0 || N == 0) return;
-  const Tilings& t = XGRAD_ISA_SELECT(kTilings);
-  const Tiling& tl = M <= kSmallGemmMax ? t.small : N <= 16 ? t.narrow : t.large;
+  const Tiling tl = tiling_for(M, N);
   if (kBPanelWidth % tl.cols != 0)
     throw std::logic_error("tiled_gemm_bpanels: kBPanelWidth is not a multiple of the tile width");
   run_tiles(tl, trans_a, M, N, K, alpha, A, lda, Bp, 0, beta, C, ldc, bias, kBPanelWidth);
