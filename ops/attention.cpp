@@ -446,16 +446,18 @@ void pack_rows(const T* x, std::size_t ldx, std::size_t n, std::size_t width, bo
 // started with D cache misses a row apart: the score products at 4,096 keys 77 against 89
 // GFLOP/s), float64 as rows at row stride ld. keys_gemm reads either:
 //   C (r, c) = alpha A (r, D) X^T[:, :c]      X^T = K^T or V^T, c <= n
+// Panels of `width` columns: detail::bpanel_width(), read once per kernel call for both.
 template <class T>
 void pack_keys_transposed(HeadView<const T> x, std::size_t b, std::size_t h, std::size_t n, T* panel,
-                          std::size_t ld) {
-  if constexpr (std::is_same_v<T, float>) detail::pack_bpanels(true, x.width, n, x.at(b, h, 0), x.ld, panel);
+                          std::size_t ld, std::size_t width) {
+  if constexpr (std::is_same_v<T, float>) detail::pack_bpanels(true, x.width, n, x.at(b, h, 0), x.ld, panel, width);
   else pack_rows(x.at(b, h, 0), x.ld, n, x.width, true, panel, ld);
 }
 template <class T>
 void keys_gemm(std::size_t r, std::size_t c, std::size_t D, T alpha, const T* A, std::size_t lda, const T* keys_t,
-               std::size_t ld, T* C, std::size_t ldc) {
-  if constexpr (std::is_same_v<T, float>) detail::tiled_gemm_bpanels(false, r, c, D, alpha, A, lda, keys_t, T(0), C, ldc);
+               std::size_t ld, std::size_t width, T* C, std::size_t ldc) {
+  if constexpr (std::is_same_v<T, float>)
+    detail::tiled_gemm_bpanels(false, r, c, D, alpha, A, lda, keys_t, width, T(0), C, ldc);
   else head_gemm<T>(false, r, c, D, alpha, A, lda, keys_t, ld, T(0), C, ldc);
 }
 
@@ -539,7 +541,7 @@ void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const 
     // K^T (D, c_all; pack_keys_transposed) and V (c_all, Dv), packed; a row block's Q (r, D), none when every block
     // has at most 16 rows (head_rows reads those in place)
     const std::size_t ldk = panel_stride(d.S), ldv = panel_stride(d.Dv), ldq = panel_stride(d.D);
-    const std::size_t rows = std::min(kRowBlock, d.T);
+    const std::size_t rows = std::min(kRowBlock, d.T), width = detail::bpanel_width();
     const auto kt = detail::aligned_buffer<T>(d.D * ldk), vr = detail::aligned_buffer<T>(d.S * ldv),
                qb = detail::aligned_buffer<T>(rows > 16 ? rows * ldq : 0);
     for (std::size_t bh = begin; bh < end; ++bh) {
@@ -549,14 +551,14 @@ void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const 
         set_nothing_visible(stats + 2 * (bh * d.T + i));
       }
       const std::size_t c_all = t_end == 0 ? 0 : block_keys(d, m, b, t_end);  // keys any row block computes
-      pack_keys_transposed(k, b, h, transposed_keys(k, c_all, d.S), kt.get(), ldk);
+      pack_keys_transposed(k, b, h, transposed_keys(k, c_all, d.S), kt.get(), ldk, width);
       const auto [vp, ldvp] = head_rows(v, b, h, 0, c_all, vr.get(), ldv);
       T* P = saved ? saved + kept.head(b, h) : scratch.get();  // the row block's
       for (std::size_t r0 = 0; r0 < t_end; r0 += kRowBlock) {
         const std::size_t r1 = std::min(t_end, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, b, r1);
         const std::size_t ldp = panel_stride(c);
         const auto [qp, ldqp] = head_rows(q, b, h, r0, r, qb.get(), ldq);
-        keys_gemm<T>(r, c, d.D, scale, qp, ldqp, kt.get(), ldk, P, ldp);
+        keys_gemm<T>(r, c, d.D, scale, qp, ldqp, kt.get(), ldk, width, P, ldp);
         softmax_rows(P, ldp, r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
         head_gemm<T>(false, r, d.Dv, c, T(1), P, ldp, vp, ldvp, T(0), out.at(b, h, r0), out.ld);
         if (saved) P += r * ldp;
@@ -577,7 +579,7 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
     // (r, c), row stride panel_stride(c); uninitialised (every GEMM here writes all of its C with beta 0)
     const auto P = detail::aligned_buffer<T>(saved ? 0 : scratch), dP = detail::aligned_buffer<T>(scratch);
     // K^T (D, c_all), V^T (Dv, c_all) (pack_keys_transposed), K (c_all, D), packed
-    const std::size_t ldt = panel_stride(d.S), ldk = panel_stride(d.D);
+    const std::size_t ldt = panel_stride(d.S), ldk = panel_stride(d.D), width = detail::bpanel_width();
     const auto kt = detail::aligned_buffer<T>(saved ? 0 : d.D * ldt), vt = detail::aligned_buffer<T>(d.Dv * ldt),
                kr = detail::aligned_buffer<T>(d.S * ldk);
     // dK^T (D, c_all) and dV^T (Dv, c_all), summed over the row blocks and then stored
@@ -601,8 +603,8 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
         if (dk.base && dk.stores_padding()) std::fill_n(dk.at(b, h, s), d.D, T(0));
         if (dv.base && dv.stores_padding()) std::fill_n(dv.at(b, h, s), d.Dv, T(0));
       }
-      if (!saved) pack_keys_transposed(k, b, h, transposed_keys(k, c_all, d.S), kt.get(), ldt);
-      if (dq.base || dk.base) pack_keys_transposed(v, b, h, transposed_keys(v, c_all, d.S), vt.get(), ldt);
+      if (!saved) pack_keys_transposed(k, b, h, transposed_keys(k, c_all, d.S), kt.get(), ldt, width);
+      if (dq.base || dk.base) pack_keys_transposed(v, b, h, transposed_keys(v, c_all, d.S), vt.get(), ldt, width);
       const auto [kp, ldkp] = dq.base ? head_rows(k, b, h, 0, c_all, kr.get(), ldk) : std::pair<const T*, std::size_t>{};
       if (dq.base && dq.stores_padding())
         for (std::size_t i = t_end; i < d.T; ++i) std::fill_n(dq.at(b, h, i), d.D, T(0));
@@ -617,14 +619,14 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
         const auto [qp, ldqp] = !saved || dk.base ? head_rows(q, b, h, r0, r, qb.get(), ldk)
                                                   : std::pair<const T*, std::size_t>{};
         if (!saved) {
-          keys_gemm<T>(r, c, d.D, scale, qp, ldqp, kt.get(), ldt, P.get(), ldp);
+          keys_gemm<T>(r, c, d.D, scale, qp, ldqp, kt.get(), ldt, width, P.get(), ldp);
           probs_rows(P.get(), ldp, r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
         }
         // dS before dV^T: the softmax backward is the first to read the kept probabilities, row
         // by row, and dV^T's GEMM then finds them in cache instead of missing on 64 row streams
         // at once (large, per call: dV^T 10.2 -> 7.6 ms, the softmax backward 1.3 -> 3.6 ms).
         if (dq.base || dk.base) {
-          keys_gemm<T>(r, c, d.Dv, T(1), dO, lddo, vt.get(), ldt, dP.get(), ldg);
+          keys_gemm<T>(r, c, d.Dv, T(1), dO, lddo, vt.get(), ldt, width, dP.get(), ldg);
           softmax_grad_rows(Pr, ldp, dP.get(), ldg, r, c);
         }
         if (dv.base && transposed_grads) head_gemm<T>(true, d.Dv, c, r, T(1), dO, lddo, Pr, ldp, beta, dvt.get(), ldt);

@@ -66,21 +66,22 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
     if (small_gemm_fits(M, N, K))
       return small_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
   // Mid-sized float32 products run xgrad's own micro-kernels (tiled_gemm), op(B) as rows: B
-  // itself, or B^T packed once here; or, for a B that is not transposed, kPackBRows rows or
-  // more and not under own_kernels_wider_than_blas, B packed once into column panels
-  // (tiled_gemm_bpanels). Their results do not depend on the blocks below, nor on how op(B) is
-  // laid out.
+  // itself, or B^T packed once here; or, kPackBRows rows or more (gemm_packs_bpanels), op(B)
+  // packed once into column panels (tiled_gemm_bpanels). Their results do not depend on the
+  // blocks below, nor on how op(B) is laid out.
   const T* Bk = B;
   std::size_t ldk = ldb;
   bool tiled = false, bpanels = false;
+  std::size_t width = 0;  // bpanels: the panel width
   AlignedBuffer<T> panel;
   if constexpr (std::is_same_v<T, float>)
     if (tiled_gemm_fits(trans_a, trans_b, M, N, K)) {
       tiled = true;
-      if (!trans_b && M >= kPackBRows && !own_kernels_wider_than_blas()) {
+      if (gemm_packs_bpanels(trans_b, M)) {
         bpanels = true;
-        panel = aligned_buffer<T>((N + kBPanelWidth - 1) / kBPanelWidth * kBPanelWidth * K);
-        pack_bpanels(false, K, N, B, ldb, panel.get());
+        width = bpanel_width();
+        panel = aligned_buffer<T>((N + width - 1) / width * width * K);
+        pack_bpanels(false, K, N, B, ldb, panel.get(), width);
         Bk = panel.get();
       } else if (trans_b) {
         ldk = panel_stride(N);
@@ -93,7 +94,7 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
   // (bpanels: bk = the block's first panel; column blocks start on whole panels.)
   const auto one = [&](std::size_t m, std::size_t n, const T* a, const T* b, const T* bk, T* c, std::size_t n0) {
     if constexpr (std::is_same_v<T, float>) {
-      if (bpanels) return tiled_gemm_bpanels(trans_a, m, n, K, alpha, a, lda, bk, beta, c, ldc, bias ? bias + n0 : nullptr);
+      if (bpanels) return tiled_gemm_bpanels(trans_a, m, n, K, alpha, a, lda, bk, width, beta, c, ldc, bias ? bias + n0 : nullptr);
       if (tiled) return tiled_gemm(trans_a, m, n, K, alpha, a, lda, bk, ldk, beta, c, ldc, bias ? bias + n0 : nullptr);
     }
     if (bias)
@@ -105,7 +106,7 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
   const std::size_t len = by_rows ? M : N;
   const std::size_t blocks = std::clamp<std::size_t>(std::min(len / kMinBlock, M * N * K / kMinBlockWork), 1, kMaxBlocks);
   if (blocks == 1) return one(M, N, A, B, Bk, C, 0);
-  const std::size_t align = bpanels && !by_rows ? kBPanelWidth : kBlockAlign;
+  const std::size_t align = bpanels && !by_rows ? std::max(width, kBlockAlign) : kBlockAlign;
   // ceil(len / blocks) rounded up to align: at most `blocks` blocks (len / blocks rounded down
   // and then up could leave a last block of a few rows, e.g. 256 + 256 + 256 + 1 of 769)
   const std::size_t step = ((len + blocks - 1) / blocks + align - 1) / align * align;

@@ -86,24 +86,36 @@ void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float
                 std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc,
                 const float* bias = nullptr);
 // tiled_gemm with op(B) in column panels instead of rows: Bp holds op(B) (K, N) as panels of
-// kBPanelWidth columns, panel p (columns [p w, (p + 1) w), w = kBPanelWidth) at Bp + p w K with
-// its row k at + k w, as pack_bpanels lays it out. The same bits as tiled_gemm on the same values
-// laid out as rows. Read as rows, a column block's K rows lie a row apart: for a long operand
-// (attention's K^T and V^T at thousands of keys) every column block starts with K cache misses,
-// and at a row stride of a multiple of 1 KiB (N = 256, 512, 1024 floats) the rows share a few
-// L1 sets and evict each other; in panels a column block is one contiguous stretch (the score
-// products at 4,096 keys: 77 against 89 GFLOP/s; M 256, N 512, K 128 from 1.20x OpenBLAS's time to
-// 0.95x, packing included, on a Zen 3). Bias and C as in tiled_gemm.
-constexpr std::size_t kBPanelWidth = 32;  // a multiple of every tiling's W (16, 32)
+// w = width columns, panel p (columns [p w, (p + 1) w)) at Bp + p w K with its row k at + k w, as
+// pack_bpanels lays it out; width must be bpanel_width() (std::logic_error if it is not a
+// multiple of the tile width). The same bits as tiled_gemm on the same values laid out as rows.
+// Read as rows, a column block's K rows lie a row apart: for a long operand (attention's K^T and
+// V^T at thousands of keys) every column block starts with K cache misses, and at a row stride
+// of a multiple of 1 KiB (N = 256, 512, 1024 floats) the rows share a few L1 sets and evict each
+// other; in panels a column block is one contiguous stretch (the score products at 4,096 keys:
+// 77 against 89 GFLOP/s; M 256, N 512, K 128 from 1.20x OpenBLAS's time to 0.95x, packing
+// included, on a Zen 3). Bias and C as in tiled_gemm.
 void tiled_gemm_bpanels(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
-                        std::size_t lda, const float* Bp, float beta, float* C, std::size_t ldc,
+                        std::size_t lda, const float* Bp, std::size_t width, float beta, float* C, std::size_t ldc,
                         const float* bias = nullptr);
-// op(B) (K, N) into column panels for tiled_gemm_bpanels: from B (K, N) itself (trans_b false)
-// or from B^T (N, K) (trans_b true), row stride ldb: dst[p w K + k w + j % w] = op(B)[k][j] with
-// p = j / w, w = kBPanelWidth. Writes only within the first ceil(N / w) w K floats of dst (all
-// of them when w divides N); a last partial panel's unused columns are not written
-// (tiled_gemm_bpanels never reads them).
-void pack_bpanels(bool trans_b, std::size_t K, std::size_t N, const float* B, std::size_t ldb, float* dst);
+// The column-panel width of the CPU path in use: its widest tile (AVX-512 32, AVX2 and baseline
+// 16). Read it once and pass it to both pack_bpanels and tiled_gemm_bpanels.
+std::size_t bpanel_width();
+constexpr std::size_t kMaxBPanelWidth = 32;  // bpanel_width() on every path is at most this
+// op(B) (K, N) into column panels of w columns for tiled_gemm_bpanels: from B (K, N) itself
+// (trans_b false) or from B^T (N, K) (trans_b true), row stride ldb: dst[p w K + k w + j % w] =
+// op(B)[k][j] with p = j / w. Writes only within the first ceil(N / w) w K floats of dst (all of
+// them when w divides N; at most ceil(N / kMaxBPanelWidth) kMaxBPanelWidth K for any path's w);
+// a last partial panel's unused columns are not written (tiled_gemm_bpanels never reads them).
+void pack_bpanels(bool trans_b, std::size_t K, std::size_t N, const float* B, std::size_t ldb, float* dst,
+                  std::size_t w);
+// gemm<float> packs op(B) into column panels (pack_bpanels) for its tiled products of at least
+// this many rows (its column blocks, if any, then start on whole panels): there the copy costs
+// ~1-5% of the product and saves the L1 conflicts of B's rows (tiled_gemm_bpanels); below it,
+// reading B in place is faster (64 x 64 x 192: 0.89x OpenBLAS's time in place, 1.13x packed).
+// A B that is not transposed (a transposed one is laid out as rows: transpose); not where
+// own_kernels_wider_than_blas routes every product (unmeasured there).
+constexpr std::size_t kPackBRows = 256;
 // gemm<float> of mid size with op(A) not transposed and K <= 128 (or K <= 256 with N < 256)
 // runs tiled_gemm (a transposed B packed once per call, then only for M >= 128 rows, where the
 // packing is cheap against the product) instead of OpenBLAS, which packs both operands on every
@@ -128,12 +140,10 @@ inline bool tiled_gemm_fits(bool trans_a, bool trans_b, std::size_t M, std::size
   return !trans_a && (K <= 128 || (K <= 256 && N < 256)) && N <= 1024 && (!trans_b || M >= 128) &&
          M * N * K <= (std::size_t(1) << 25);
 }
-// gemm<float> packs a B that is not transposed into column panels (pack_bpanels) for its tiled
-// products of at least this many rows (its column blocks, if any, then start on whole panels):
-// there the copy costs ~1-5% of the product and saves the L1 conflicts of B's rows (above);
-// below it, reading B in place is faster (64 x 64 x 192: 0.89x OpenBLAS's time in place, 1.13x
-// packed). Not where own_kernels_wider_than_blas routes every product (unmeasured there).
-constexpr std::size_t kPackBRows = 256;
+// Whether gemm<float> packs op(B) into column panels for a tiled product (kPackBRows).
+inline bool gemm_packs_bpanels(bool trans_b, std::size_t M) {
+  return M >= kPackBRows && !own_kernels_wider_than_blas() && !trans_b;
+}
 // Row stride of a packed panel with rows of n elements: n rounded up to 16, plus 16, so that
 // rows of a power-of-two length (512 floats: 2 KiB) do not all map to the same few L1 sets.
 constexpr std::size_t panel_stride(std::size_t n) { return (n + 15) / 16 * 16 + 16; }

@@ -14,7 +14,7 @@
 // these at 57-88 GFLOP/s on an AVX-512 Xeon against 176 for one large product, and packing was
 // 20% of the large MHA layer's time. tiled_gemm reads op(B) as rows; a transposed B is packed
 // into that layout once per head by the caller (transpose), or into column panels of
-// kBPanelWidth columns (pack_bpanels, read by tiled_gemm_bpanels: attention's K^T and V^T, whose
+// bpanel_width() columns (pack_bpanels, read by tiled_gemm_bpanels: attention's K^T and V^T, whose
 // rows lie a whole row of keys apart, and gemm<float>'s B when not transposed, for products of
 // 256 rows or more).
 //
@@ -107,6 +107,12 @@ struct Tiling {
   // fewer repeated rows are computed (M = 64 in 6-row tiles: 10 + one 4-row tile, not 66 rows).
   Tiles tail = nullptr;
   std::size_t tail_rows = 0;
+};
+// How run_tiles walks a product (the bits do not depend on it): k in chunks of at most `chunk`,
+// rows in panels of about panel_floats / (the chunk's k) rows, at least kMinPanelRows and at
+// most kPanelRows (see run_tiles).
+struct Blocking {
+  std::size_t chunk, panel_floats;
 };
 
 template <std::size_t R, std::size_t W>
@@ -275,33 +281,48 @@ XGRAD_TARGET_AVX2 void tiles_avx2(const TileRun& run) {
 #undef XGRAD_ROUNDED
 #endif
 
+// Rows in panels, each panel's k chunks in turn: a panel's chunk of op(A) stays in L2 while every
+// column block reads it, and a column block's chunk of op(B) (k x W floats) in L1 or L2 while
+// every row tile of the panel reads it.
+// AVX-512 (and baseline): k chunks of 128 (a column block's chunk, 128 x 32 floats, 16 KiB in
+// L1), panels of 256 rows (256 x 128 floats, 128 KiB; M 2048, N 1536, K 512 on one Zen 5 core:
+// 149 GFLOP/s as one panel, 175 in panels of 256 rows).
+// AVX2: k in one pass up to 2,048 and panels of 64 Ki floats (K 512: 128 rows, 256 KiB). A
+// chunked product carries each tile's raw sums through a scratch of panel x N floats, which for
+// the MHA projections' N = 512-1,536 is 0.5-1.5 MiB, out of L2: on a Zen 3 the projections' shapes
+// ran at 79-82 GFLOP/s in chunks of 128 and 92-96 in one pass (OpenBLAS: 87-92;
+// docs/PERFORMANCE_HISTORY.md, nineteenth round). The column block's op(B) is then up to
+// 2,048 x 16 floats (128 KiB): read from L2 in one stream (B in 16-column panels), which the
+// 6 x 16 tile's 12 multiply-adds per 64 bytes of B leave time for.
+constexpr std::size_t kPanelRows = 256, kMinPanelRows = 48;
+constexpr Blocking kBlocking_narrow{128, kPanelRows * 128}, kBlocking_wide_k{2048, std::size_t(1) << 16};
+
 // A path's tiles. small: products of at most 32 rows and small_gemm, 16 columns and few rows
 // (fewer rows of a tail tile wasted), yet 8 accumulators (AVX-512 8 x 16, AVX2 4 x 16): with
 // K = 16 a tile is a chain of 16 dependent multiply-adds per accumulator, and 4 of them left
 // the FMA units idle half the time (the reverse model's six 16 x 16 x 16 head products,
 // BM_head_gemms: 612 ns with AVX-512 4 x 16 tiles, 519 with 8 x 16); large: as many
 // accumulators as the registers hold (AVX-512 8 x 32: 16 of 32 zmm; AVX2 6 x 16: 12 of 16
-// ymm); narrow: the same for N <= 16.
+// ymm); narrow: the same for N <= 16. bpanel: the path's column-panel width (bpanel_width), its
+// widest tile's W, so that a tile's column block of op(B) is one contiguous stretch (AVX2's
+// 16-column tiles in 32-column panels read half of every 128 bytes: a K 512 column block's
+// 32 KiB spread over 64 KiB, and the projections' shapes at 88-90 GFLOP/s against 93-96 in
+// 16-column panels on a Zen 3).
 struct Tilings {
   Tiling small, narrow, large;
+  Blocking blocking;
+  std::size_t bpanel;
 };
 #ifdef XGRAD_TILED_GEMM_X86
-const Tilings kTilings_avx512{{tiles_avx512<8, 1>, 8, 16}, {tiles_avx512<8, 1>, 8, 16}, {tiles_avx512<8, 2>, 8, 32}};
+const Tilings kTilings_avx512{{tiles_avx512<8, 1>, 8, 16}, {tiles_avx512<8, 1>, 8, 16}, {tiles_avx512<8, 2>, 8, 32},
+                              kBlocking_narrow, 32};
 const Tilings kTilings_avx2{{tiles_avx2<4, 2>, 4, 16},
                             {tiles_avx2<6, 2>, 6, 16, tiles_avx2<4, 2>, 4},
-                            {tiles_avx2<6, 2>, 6, 16, tiles_avx2<4, 2>, 4}};
+                            {tiles_avx2<6, 2>, 6, 16, tiles_avx2<4, 2>, 4},
+                            kBlocking_wide_k, 16};
 #endif
 const Tilings kTilings_baseline{{tiles_baseline<4, 16>, 4, 16}, {tiles_baseline<4, 16>, 4, 16},
-                                {tiles_baseline<4, 16>, 4, 16}};
-
-// k in chunks of kChunk when K > kChunk: a chunk's rows of op(B) for one column block
-// (kChunk x W floats, 8 or 16 KiB) then stay in L1 while every row tile reads them.
-constexpr std::size_t kChunk = 128;
-
-// Rows in panels of about kPanelRows, each panel's k chunks in turn: a panel's chunk of op(A)
-// (256 x 128 floats, 128 KiB) stays in L2 while every column block reads it (M 2048, N 1536,
-// K 512 on one Zen 5 core: 149 GFLOP/s as one panel, 175 in panels of 256 rows).
-constexpr std::size_t kPanelRows = 256;
+                                {tiles_baseline<4, 16>, 4, 16}, kBlocking_narrow, 16};
 
 // Column blocks outer within a panel: a block's W columns of Bk stay in L1 while every row
 // tile reads them.
@@ -310,14 +331,15 @@ constexpr std::size_t kPanelRows = 256;
 // row k of them at + k bpanel. A column block's K rows are then one stretch, where as rows they
 // lie ldb apart (a long key panel: each column block then starts with K cache misses that the
 // prefetchers do not foresee).
-void run_tiles(const Tiling& tl, bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha,
+void run_tiles(const Tiling& tl, const Blocking& bl, bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha,
                const float* A, std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C,
                std::size_t ldc, const float* bias, std::size_t bpanel = 0) {
   const std::size_t R = tl.rows, W = tl.cols;
   const std::size_t ra = trans_a ? 1 : lda, ka = trans_a ? lda : 1;  // a_ik = A[i * ra + k * ka]
-  const bool chunked = K > kChunk;
-  const std::size_t kc = chunked ? kChunk : std::max<std::size_t>(K, 1);
-  const std::size_t panel = kPanelRows / R * R;  // whole tiles: a panel's last tile ends inside it
+  const bool chunked = K > bl.chunk;
+  const std::size_t kc = chunked ? bl.chunk : std::max<std::size_t>(K, 1);
+  // whole tiles: a panel's last tile ends inside it
+  const std::size_t panel = std::clamp(bl.panel_floats / kc, kMinPanelRows, kPanelRows) / R * R;
   // raw sums between chunks: one R x W tile per tile of the panel's rows of C, row stride ldp
   const std::size_t ldp = (N + W - 1) / W * W;
   const auto partial = aligned_buffer<float>(chunked ? std::min(panel, (M + R - 1) / R * R) * ldp : 0);
@@ -430,33 +452,37 @@ void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t
 }
 
 namespace {
-// The tiling of an M x N product on this CPU path (the bits do not depend on it: each element
-// is the same function either way).
-Tiling tiling_for(std::size_t M, std::size_t N) {  // by value: isa_select returns a copy
-  const Tilings& t = XGRAD_ISA_SELECT(kTilings);
+// The path's tiles (copied: isa_select returns a copy) and the tiling of an M x N product on it
+// (the bits do not depend on it: each element is the same function either way).
+Tilings path_tilings() { return XGRAD_ISA_SELECT(kTilings); }
+const Tiling& tiling_for(const Tilings& t, std::size_t M, std::size_t N) {
   return M <= kSmallGemmMax ? t.small : N <= 16 ? t.narrow : t.large;
 }
 }  // namespace
+
+std::size_t bpanel_width() { return path_tilings().bpanel; }
 
 void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                 std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc,
                 const float* bias) {
   if (M == 0 || N == 0) return;
-  run_tiles(tiling_for(M, N), trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias);
+  const Tilings t = path_tilings();
+  run_tiles(tiling_for(t, M, N), t.blocking, trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias);
 }
 
 void tiled_gemm_bpanels(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
-                        std::size_t lda, const float* Bp, float beta, float* C, std::size_t ldc,
+                        std::size_t lda, const float* Bp, std::size_t width, float beta, float* C, std::size_t ldc,
                         const float* bias) {
   if (M == 0 || N == 0) return;
-  const Tiling tl = tiling_for(M, N);
-  if (kBPanelWidth % tl.cols != 0)
-    throw std::logic_error("tiled_gemm_bpanels: kBPanelWidth is not a multiple of the tile width");
-  run_tiles(tl, trans_a, M, N, K, alpha, A, lda, Bp, 0, beta, C, ldc, bias, kBPanelWidth);
+  const Tilings t = path_tilings();
+  const Tiling& tl = tiling_for(t, M, N);
+  if (width == 0 || width % tl.cols != 0)
+    throw std::logic_error("tiled_gemm_bpanels: the panel width is not a multiple of the tile width");
+  run_tiles(tl, t.blocking, trans_a, M, N, K, alpha, A, lda, Bp, 0, beta, C, ldc, bias, width);
 }
 
-void pack_bpanels(bool trans_b, std::size_t K, std::size_t N, const float* B, std::size_t ldb, float* dst) {
-  constexpr std::size_t w = kBPanelWidth;
+void pack_bpanels(bool trans_b, std::size_t K, std::size_t N, const float* B, std::size_t ldb, float* dst,
+                  std::size_t w) {
   for (std::size_t j0 = 0; j0 < N; j0 += w) {
     const std::size_t n = std::min(w, N - j0);
     float* panel = dst + j0 * K;
@@ -473,7 +499,8 @@ void small_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::s
                 const float* bias) {
   alignas(64) float panel[kSmallGemmMax * kSmallGemmMax];  // (K, N) = B^T for a transposed B
   if (trans_b) transpose(N, K, B, ldb, panel, N);
-  run_tiles(XGRAD_ISA_SELECT(kTilings).small, trans_a, M, N, K, alpha, A, lda, trans_b ? panel : B, trans_b ? N : ldb, beta,
+  const Tilings t = path_tilings();
+  run_tiles(t.small, t.blocking, trans_a, M, N, K, alpha, A, lda, trans_b ? panel : B, trans_b ? N : ldb, beta,
             C, ldc, bias);
 }
 

@@ -944,13 +944,15 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
   struct Case {
     std::size_t M, N, K;
   };
-  // K > 128 runs in chunks of 128 (raw sums carried over: the same bits); M > 256 in row panels;
-  // the last four: gemm<float> cuts them into 2 row blocks of B packed in column panels
+  // K > 128 runs in chunks of 128 on the AVX-512 and baseline paths, K > 2048 in chunks of
+  // 2048 on the AVX2 one (raw sums carried over: the same bits); M > 256 in row panels (AVX2:
+  // fewer rows for K over 256, 48 at K 2100); the last four: gemm<float> cuts them into 2 row
+  // blocks of B packed in column panels
   // (kPackBRows rows or more), 3 column blocks (tiled with B as rows, under 256 rows; and the
   // same with K 200, tiled only under the wide routing, OpenBLAS otherwise), and 3 column
   // blocks of B in column panels
   const Case cases[] = {{64, 100, 70},    {13, 17, 5},      {9, 64, 33},     {70, 16, 64},
-                        {1, 1, 1},        {31, 29, 32},     {40, 50, 300},   {9, 33, 129},
+                        {1, 1, 1},        {31, 29, 32},     {40, 50, 300},   {9, 33, 129},   {100, 40, 2100},
                         {130, 40, 70},    {300, 40, 300},   {600, 120, 256}, {200, 1000, 128},
                         {130, 1000, 200}, {256, 1000, 100}};
   std::vector<std::vector<float>> first_path;  // per case and transpose: the first fused path's C
@@ -1000,21 +1002,22 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
           BOOST_TEST(half_product_within_bound(A, lda, ta, B, ldb, false, M, N, K, block));
           // op(B) in column panels (tiled_gemm_bpanels, as attention packs K^T and V^T): the same
           // bits as read from rows, on every path the CPU runs (baseline and AVX2: 16-column
-          // tiles, two per panel; AVX-512: 32-column tiles); the unwritten columns of the last
-          // panel are NaN, which a read at a wrong offset would carry into C
-          constexpr std::size_t w = detail::kBPanelWidth;
+          // panels and tiles; AVX-512: 32-column panels, read by 32-column tiles and, for N <= 16
+          // or M <= 32, by 16-column ones); the unwritten columns of the last panel are NaN,
+          // which a read at a wrong offset would carry into C
+          const std::size_t w = detail::bpanel_width();
           // (packed from B and from B^T: the same panels)
           std::vector<float> bt(N * (K + 3)), panels((N + w - 1) / w * w * K, nan), from_bt(panels);
           for (std::size_t k = 0; k < K; ++k)
             for (std::size_t j = 0; j < N; ++j) bt[j * (K + 3) + k] = B[k * ldb + j];
-          detail::pack_bpanels(false, K, N, B.data(), ldb, panels.data());
-          detail::pack_bpanels(true, K, N, bt.data(), K + 3, from_bt.data());
+          detail::pack_bpanels(false, K, N, B.data(), ldb, panels.data(), w);
+          detail::pack_bpanels(true, K, N, bt.data(), K + 3, from_bt.data(), w);
           BOOST_TEST((std::memcmp(panels.data(), from_bt.data(), panels.size() * sizeof(float)) == 0));
           std::vector<float> p0(rows * ldc, kSentinel), p1(rows * ldc, kSentinel);
           for (std::size_t i = 0; i < M; ++i)
             for (std::size_t j = 0; j < N; ++j) p0[i * ldc + j] = nan, p1[i * ldc + j] = float(cv[i * N + j]);
-          detail::tiled_gemm_bpanels(ta, M, N, K, alpha, A.data(), lda, panels.data(), 0.0f, p0.data(), ldc);
-          detail::tiled_gemm_bpanels(ta, M, N, K, alpha, A.data(), lda, panels.data(), beta, p1.data(), ldc);
+          detail::tiled_gemm_bpanels(ta, M, N, K, alpha, A.data(), lda, panels.data(), w, 0.0f, p0.data(), ldc);
+          detail::tiled_gemm_bpanels(ta, M, N, K, alpha, A.data(), lda, panels.data(), w, beta, p1.data(), ldc);
           BOOST_TEST((std::memcmp(p0.data(), c0.data(), p0.size() * sizeof(float)) == 0));
           BOOST_TEST((std::memcmp(p1.data(), c1.data(), p1.size() * sizeof(float)) == 0));
           const bool small = M <= detail::kSmallGemmMax && N <= detail::kSmallGemmMax && K <= detail::kSmallGemmMax;
