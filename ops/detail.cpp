@@ -81,7 +81,7 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
         bpanels = true;
         width = bpanel_width();
         panel = aligned_buffer<T>((N + width - 1) / width * width * K);
-        pack_bpanels(false, K, N, B, ldb, panel.get(), width);
+        pack_bpanels(trans_b, K, N, B, ldb, panel.get(), width);
         Bk = panel.get();
       } else if (trans_b) {
         ldk = panel_stride(N);

@@ -9,6 +9,7 @@
 #include "xgrad/framework/array.hpp"
 #include "xgrad/framework/autograd.hpp"
 #include "xgrad/framework/registry.hpp"
+#include "xgrad/framework/runtime.hpp"
 
 namespace xgrad::detail {
 
@@ -113,18 +114,23 @@ void pack_bpanels(bool trans_b, std::size_t K, std::size_t N, const float* B, st
 // this many rows (its column blocks, if any, then start on whole panels): there the copy costs
 // ~1-5% of the product and saves the L1 conflicts of B's rows (tiled_gemm_bpanels); below it,
 // reading B in place is faster (64 x 64 x 192: 0.89x OpenBLAS's time in place, 1.13x packed).
-// A B that is not transposed (a transposed one is laid out as rows: transpose); not where
-// own_kernels_wider_than_blas routes every product (unmeasured there).
+// A B that is not transposed is packed so on the AVX-512 and AVX2 paths, a transposed one on the
+// AVX2 path (elsewhere laid out as rows: transpose); not where own_kernels_wider_than_blas routes
+// every product (unmeasured there).
 constexpr std::size_t kPackBRows = 256;
 // gemm<float> of mid size with op(A) not transposed and K <= 128 (or K <= 256 with N < 256)
 // runs tiled_gemm (a transposed B packed once per call, then only for M >= 128 rows, where the
 // packing is cheap against the product) instead of OpenBLAS, which packs both operands on every
 // call: at the reverse model's and the MHA benchmarks' linear shapes 10-35% faster on the
 // AVX-512 path, -3% to +7% on the AVX2 one (one call, 1 thread; docs/PERFORMANCE_HISTORY.md,
-// eighth round). K over 256 and a transposed A (the weight gradients: read in place,
-// its k-th values lie a row of A apart) stay on BLAS, whose packing wins there against its
-// AVX-512 kernels; so does K over 128 with N >= 256, where OpenBLAS was 1-8% faster than the
-// tiles even with B in column panels on a Zen 3 (eighteenth round).
+// eighth round). A transposed A (the weight gradients: read in place, its k-th values lie a row
+// of A apart) stays on BLAS, whose packing wins there (on the AVX2 path too, with A packed into
+// the tiles' layout: 0.95-1.0x OpenBLAS's speed at the MHA's dW shapes, nineteenth round).
+// On the AVX2 path products of kPackBRows rows or more also run here at any K, op(B) in column
+// panels and k in one pass (tiled_gemm.cpp's blocking): 5-10% faster than OpenBLAS (1 thread,
+// Zen 3, M 256-1,024, N 256-2,048, K 200-2,048, both B layouts; nineteenth round), as long as
+// the packing stays small against the product: N K <= 4,096 M, and <= 2^22 (its copy: <= 16
+// MiB). Under 256 rows, op(B) read as rows, OpenBLAS stays 1.04-3.4x faster at K >= 200.
 // Where xgrad runs its AVX-512 path while OpenBLAS runs kernels of 256 bits or less
 // (own_kernels_wider_than_blas: OPENBLAS_CORETYPE pins Haswell or Zen on an AVX-512 CPU, as the
 // environment of the AMD EPYC Zen 5 machines here does, or OpenBLAS does not know the CPU), the
@@ -137,12 +143,15 @@ bool own_kernels_wider_than_blas();
 inline bool tiled_gemm_fits(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K) {
   if (own_kernels_wider_than_blas())
     return N <= 8192 && (!trans_b || (M >= 128 && N * K <= (std::size_t(1) << 22)));
+  if (!trans_a && M >= kPackBRows && N <= 8192 && N * K <= std::min(M << 12, std::size_t(1) << 22) &&
+      cpu_path() == CpuPath::Avx2)
+    return true;
   return !trans_a && (K <= 128 || (K <= 256 && N < 256)) && N <= 1024 && (!trans_b || M >= 128) &&
          M * N * K <= (std::size_t(1) << 25);
 }
 // Whether gemm<float> packs op(B) into column panels for a tiled product (kPackBRows).
 inline bool gemm_packs_bpanels(bool trans_b, std::size_t M) {
-  return M >= kPackBRows && !own_kernels_wider_than_blas() && !trans_b;
+  return M >= kPackBRows && !own_kernels_wider_than_blas() && (!trans_b || cpu_path() == CpuPath::Avx2);
 }
 // Row stride of a packed panel with rows of n elements: n rounded up to 16, plus 16, so that
 // rows of a power-of-two length (512 floats: 2 KiB) do not all map to the same few L1 sets.

@@ -946,13 +946,14 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
   };
   // K > 128 runs in chunks of 128 on the AVX-512 and baseline paths, K > 2048 in chunks of
   // 2048 on the AVX2 one (raw sums carried over: the same bits); M > 256 in row panels (AVX2:
-  // fewer rows for K over 256, 48 at K 2100); the last four: gemm<float> cuts them into 2 row
-  // blocks of B packed in column panels
+  // fewer rows for K over 256, 48 at K 2100; 260 x 20 x 2100 runs through gemm<float> there, B
+  // and B^T in column panels); the last four: gemm<float> cuts them into 2 row blocks of B
+  // packed in column panels
   // (kPackBRows rows or more), 3 column blocks (tiled with B as rows, under 256 rows; and the
   // same with K 200, tiled only under the wide routing, OpenBLAS otherwise), and 3 column
   // blocks of B in column panels
   const Case cases[] = {{64, 100, 70},    {13, 17, 5},      {9, 64, 33},     {70, 16, 64},
-                        {1, 1, 1},        {31, 29, 32},     {40, 50, 300},   {9, 33, 129},   {100, 40, 2100},
+                        {1, 1, 1},        {31, 29, 32},     {40, 50, 300},   {9, 33, 129},   {100, 40, 2100}, {260, 20, 2100},
                         {130, 40, 70},    {300, 40, 300},   {600, 120, 256}, {200, 1000, 128},
                         {130, 1000, 200}, {256, 1000, 100}};
   std::vector<std::vector<float>> first_path;  // per case and transpose: the first fused path's C
@@ -1065,7 +1066,8 @@ BOOST_AUTO_TEST_CASE(float32_gemm_row_bias_equals_bias_copied_with_beta_one) {
     std::size_t M, N, K;
   };
   // small; tiled with column tails and k chunks; column blocks (N > M); K = 0; K > 256 (BLAS
-  // unless the wide routing); B not transposed in column panels: one block (1024 x 40 x 256),
+  // unless the wide routing, or 256 rows or more on the AVX2 path: 300 x 70 x 300); B not
+  // transposed in column panels: one block (1024 x 40 x 256),
   // 2 row blocks (600 x 120 x 256), 3 column blocks (256 x 1000 x 100)
   const Case cases[] = {{5, 7, 3},       {32, 32, 32},    {130, 37, 70}, {200, 100, 200}, {1024, 40, 256},
                         {128, 2048, 64}, {64, 2048, 300}, {9, 12, 0},    {300, 70, 300},  {256, 1000, 100},
