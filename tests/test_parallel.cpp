@@ -200,9 +200,11 @@ BOOST_AUTO_TEST_CASE(cpu_paths_run_their_own_kernels) {
 BOOST_AUTO_TEST_CASE(split_gemms_are_bit_identical_for_any_thread_count) {
   Rng rng(21);
   // (n, k, m): tall (split by rows into 4 and 2 blocks) and wide (split by columns), above the
-  // split thresholds of ops/detail.cpp, with block lengths that do not divide evenly.
+  // split thresholds of ops/detail.cpp, with block lengths that do not divide evenly; 1100 x 300
+  // x 256: K over 256 (xgrad's tiles on the AVX2 path, B in column panels; BLAS elsewhere).
   for (auto [n, k, m] : {std::array<std::size_t, 3>{1100, 128, 256}, std::array<std::size_t, 3>{1500, 100, 120},
-                         std::array<std::size_t, 3>{60, 80, 4000}, std::array<std::size_t, 3>{520, 64, 520}}) {
+                         std::array<std::size_t, 3>{60, 80, 4000}, std::array<std::size_t, 3>{520, 64, 520},
+                         std::array<std::size_t, 3>{1100, 300, 256}}) {
     for (int flags = 0; flags < 4; ++flags) {
       const bool ta = flags & 1, tb = flags & 2;
       Tensor a = leaf(randn(ta ? Shape{k, n} : Shape{n, k}, rng)), b = leaf(randn(tb ? Shape{m, k} : Shape{k, m}, rng));
