@@ -26,8 +26,9 @@
 //     C_ij   = alpha acc_ij + bias_j            with a row bias (beta 0; linear's bias, fused
 //              here instead of copied into C first: the same roundings as that copy and beta 1)
 //   the micro-kernel writes C itself: its rows and columns inside C only, products alpha acc
-//   and beta C each rounded, then their sum; rows in panels of 256, each panel's K > 128 in
-//   chunks of 128 k (run_tiles), the raw acc carried from one chunk to the next through a scratch
+//   and beta C each rounded, then their sum; rows in panels, each panel's k in chunks (128 on
+//   the AVX-512 and baseline paths, 2,048 on the AVX2 one; run_tiles' Blocking), the raw acc
+//   carried from one chunk to the next through a scratch
 //
 // Every element of C is the same function of its row of op(A) and its column of op(B),
 // whatever M, N, the tile size, the tile it falls in, the chunks or the thread count. The AVX-512 and
