@@ -288,7 +288,9 @@ XGRAD_TARGET_AVX2 void tiles_avx2(const TileRun& run) {
 // AVX-512 (and baseline): k chunks of 128 (a column block's chunk, 128 x 32 floats, 16 KiB in
 // L1), panels of 256 rows (256 x 128 floats, 128 KiB; M 2048, N 1536, K 512 on one Zen 5 core:
 // 149 GFLOP/s as one panel, 175 in panels of 256 rows).
-// AVX2: k in one pass up to 2,048 and panels of 64 Ki floats (K 512: 128 rows, 256 KiB). A
+// AVX2: k in one pass up to 2,048 and panels of 32 Ki floats (K 512: 64 rows, 128 KiB: half the
+// 256 KiB L2 of Intel's client AVX2 CPUs; 64 Ki floats ran at the same speed on a Zen 3's
+// 512 KiB). A
 // chunked product carries each tile's raw sums through a scratch of panel x N floats, which for
 // the MHA projections' N = 512-1,536 is 0.5-1.5 MiB, out of L2: on a Zen 3 the projections' shapes
 // ran at 79-82 GFLOP/s in chunks of 128 and 92-96 in one pass (OpenBLAS: 87-92;
@@ -296,7 +298,7 @@ XGRAD_TARGET_AVX2 void tiles_avx2(const TileRun& run) {
 // 2,048 x 16 floats (128 KiB): read from L2 in one stream (B in 16-column panels), which the
 // 6 x 16 tile's 12 multiply-adds per 64 bytes of B leave time for.
 constexpr std::size_t kPanelRows = 256, kMinPanelRows = 48;
-constexpr Blocking kBlocking_narrow{128, kPanelRows * 128}, kBlocking_wide_k{2048, std::size_t(1) << 16};
+constexpr Blocking kBlocking_narrow{128, kPanelRows * 128}, kBlocking_wide_k{2048, std::size_t(1) << 15};
 
 // A path's tiles. small: products of at most 32 rows and small_gemm, 16 columns and few rows
 // (fewer rows of a tail tile wasted), yet 8 accumulators (AVX-512 8 x 16, AVX2 4 x 16): with
