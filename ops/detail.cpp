@@ -106,7 +106,7 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
   const std::size_t len = by_rows ? M : N;
   const std::size_t blocks = std::clamp<std::size_t>(std::min(len / kMinBlock, M * N * K / kMinBlockWork), 1, kMaxBlocks);
   if (blocks == 1) return one(M, N, A, B, Bk, C, 0);
-  const std::size_t align = bpanels && !by_rows ? std::max(width, kBlockAlign) : kBlockAlign;
+  const std::size_t align = bpanels && !by_rows ? width : kBlockAlign;  // width: 16 or 32
   // ceil(len / blocks) rounded up to align: at most `blocks` blocks (len / blocks rounded down
   // and then up could leave a last block of a few rows, e.g. 256 + 256 + 256 + 1 of 769)
   const std::size_t step = ((len + blocks - 1) / blocks + align - 1) / align * align;

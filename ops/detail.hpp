@@ -102,12 +102,11 @@ void tiled_gemm_bpanels(bool trans_a, std::size_t M, std::size_t N, std::size_t 
 // The column-panel width of the CPU path in use: its widest tile (AVX-512 32, AVX2 and baseline
 // 16). Read it once and pass it to both pack_bpanels and tiled_gemm_bpanels.
 std::size_t bpanel_width();
-constexpr std::size_t kMaxBPanelWidth = 32;  // bpanel_width() on every path is at most this
 // op(B) (K, N) into column panels of w columns for tiled_gemm_bpanels: from B (K, N) itself
 // (trans_b false) or from B^T (N, K) (trans_b true), row stride ldb: dst[p w K + k w + j % w] =
 // op(B)[k][j] with p = j / w. Writes only within the first ceil(N / w) w K floats of dst (all of
-// them when w divides N; at most ceil(N / kMaxBPanelWidth) kMaxBPanelWidth K for any path's w);
-// a last partial panel's unused columns are not written (tiled_gemm_bpanels never reads them).
+// them when w divides N); a last partial panel's unused columns are not written
+// (tiled_gemm_bpanels never reads them).
 void pack_bpanels(bool trans_b, std::size_t K, std::size_t N, const float* B, std::size_t ldb, float* dst,
                   std::size_t w);
 // gemm<float> packs op(B) into column panels (pack_bpanels) for its tiled products of at least
