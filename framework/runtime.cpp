@@ -228,6 +228,15 @@ RuntimeInfo runtime_info() {
   r.blas_config = openblas_get_config ? trimmed(openblas_get_config()) : "";
   const char* env = std::getenv("OPENBLAS_CORETYPE");
   r.blas_coretype_env = env ? env : "";
+  // OpenBLAS's families older than AVX (its fallbacks for CPUs it does not know), only when it
+  // chose one itself (OPENBLAS_CORETYPE unset: an empty value already makes it pick another)
+  static const char* const kGeneric[] = {"Katmai",   "Coppermine", "Northwood", "Prescott", "Banias",
+                                         "Core2",    "Penryn",     "Dunnington", "Nehalem", "Atom",
+                                         "Athlon",   "Opteron",    "Opteron(SSE3)", "Barcelona"};
+  const auto paths = supported_cpu_paths();
+  if (!env && std::find(std::begin(kGeneric), std::end(kGeneric), r.blas_core) != std::end(kGeneric) &&
+      paths.back() != CpuPath::Baseline)
+    r.blas_coretype_hint = paths.back() == CpuPath::Avx512 ? "SkylakeX" : "Haswell";
   r.num_threads = num_threads();
   return r;
 }
@@ -237,6 +246,9 @@ std::string runtime_summary() {
   return "xgrad " + r.version + " (" + r.commit + ") | cpu " + r.cpu_model + " | path " + r.cpu_path +
          " | openblas " + r.blas_core +
          (r.blas_coretype_env.empty() ? "" : " (OPENBLAS_CORETYPE=" + r.blas_coretype_env + ")") +
+         (r.blas_coretype_hint.empty() ? ""
+                                       : " (generic kernels: OpenBLAS does not know this CPU; OPENBLAS_CORETYPE=" +
+                                             r.blas_coretype_hint + " picks faster ones)") +
          " | threads " + std::to_string(r.num_threads);
 }
 

@@ -72,6 +72,14 @@ struct RuntimeInfo {
   std::string blas_core;        // OpenBLAS's kernel family (openblas_get_corename())
   std::string blas_config;      // openblas_get_config()
   std::string blas_coretype_env;  // OPENBLAS_CORETYPE as set in the environment, or ""
+  // OpenBLAS runs its generic pre-AVX kernels (Prescott, Core2, Nehalem, ...) of its own accord
+  // on a CPU that runs xgrad's avx2 or avx512 path: it does not know the CPU (OpenBLAS 0.3.21 on
+  // an Intel Xeon of family 6 model 207: Prescott, sgemm at ~21 GFLOP/s against ~145 with its
+  // SkylakeX kernels). xgrad's float32 products then mostly run its own kernels, but float64
+  // GEMMs (gradient checks, Hessians: half the gradexp example's time there) and the float32
+  // products routed to OpenBLAS run slowly. blas_coretype_hint names the family to pin with
+  // OPENBLAS_CORETYPE (SkylakeX or Haswell) then, and is "" otherwise; runtime_summary shows it.
+  std::string blas_coretype_hint;
   int num_threads = 1;
 };
 RuntimeInfo runtime_info();

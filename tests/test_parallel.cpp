@@ -4,6 +4,7 @@
 // split threshold, on every CPU path this machine runs, and compared bit for bit.
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -176,6 +177,27 @@ BOOST_AUTO_TEST_CASE(cpu_paths_can_be_forced_and_bad_ones_are_errors) {
   }
   set_cpu_path(before);
   BOOST_TEST(std::string(cpu_path_name(CpuPath::Avx2)) == "avx2");
+}
+
+// OpenBLAS's generic fallback kernels (a CPU it does not know, e.g. Prescott on a Xeon of
+// family 6 model 207) are named in the summary with the family to pin; never when the
+// environment pins one (as scripts/test-matrix.sh does) or OpenBLAS chose a vector family.
+BOOST_AUTO_TEST_CASE(runtime_summary_names_openblas_generic_kernels) {
+  const RuntimeInfo info = runtime_info();
+  const std::string summary = runtime_summary();
+  const auto paths = supported_cpu_paths();
+  BOOST_TEST(summary.find("openblas " + info.blas_core) != std::string::npos);
+  const bool pinned = std::getenv("OPENBLAS_CORETYPE") != nullptr;
+  for (const char* vector_family : {"Sandybridge", "Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids", "not OpenBLAS"})
+    if (info.blas_core == vector_family) BOOST_TEST(info.blas_coretype_hint.empty());
+  if (pinned || paths.back() == CpuPath::Baseline) BOOST_TEST(info.blas_coretype_hint.empty());
+  if (!pinned && (info.blas_core == "Prescott" || info.blas_core == "Nehalem" || info.blas_core == "Core2") &&
+      paths.back() != CpuPath::Baseline)
+    BOOST_TEST(info.blas_coretype_hint == (paths.back() == CpuPath::Avx512 ? "SkylakeX" : "Haswell"));
+  const std::size_t at = summary.find("OpenBLAS does not know this CPU");
+  BOOST_TEST((at != std::string::npos) == !info.blas_coretype_hint.empty());
+  if (!info.blas_coretype_hint.empty())
+    BOOST_TEST(summary.find("OPENBLAS_CORETYPE=" + info.blas_coretype_hint + " picks faster ones") != std::string::npos);
 }
 
 // The paths are really different code: float32 GELU over many inputs differs in some last
