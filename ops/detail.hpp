@@ -141,8 +141,9 @@ constexpr std::size_t kPackBRows = 256;
 // On the AVX-512 path beside OpenBLAS's own AVX-512 kernels, a transposed A with a small C
 // (M N <= 16,384, B not transposed: the reverse model's weight gradients, 64-192 x 64-128 over
 // 270-540 positions) runs here as well: 1.1-1.3x faster than the Cooperlake and SkylakeX
-// kernels, which pack both operands first; from 192 x 192 up they are faster (0.86-0.96x here)
-// (Xeon family 6 model 207, 1 thread, interleaved; PERFORMANCE_HISTORY.md, twentieth round).
+// kernels, which pack both operands first; from 192 x 192 up they are faster (their time
+// 0.76-0.96x the tiles') (Xeon family 6 model 207, 1 thread, interleaved; PERFORMANCE_HISTORY.md,
+// twentieth round).
 bool own_kernels_wider_than_blas();
 inline bool tiled_gemm_fits(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K) {
   if (own_kernels_wider_than_blas())
