@@ -266,19 +266,11 @@ template <class T> xt::xarray<T> empty_array(const Shape& shape, const char* op 
   }
 }
 
-// A new, uninitialised T tensor of `shape`, checked as by empty_array. Fill it through
-// fresh_data<T>(out) (or fresh_value<T>(out)) before returning or recording it.
-template <class T> Tensor empty_tensor(const Shape& shape, const char* op = "empty") {
-  const std::size_t n = detail::check_new_tensor_size<T>(op, shape);
-  auto impl = new_tensor_impl(shape);
-  impl->dtype = dtype_of<T>();
-  try {
-    impl->value = new_storage(n, sizeof(T));
-  } catch (const MemoryError& e) {
-    detail::out_of_memory(op, dtype_of<T>(), shape, e);
-  }
-  return Tensor(std::move(impl));
-}
+// A new, uninitialised T tensor of `shape` (T: float, double, bool or std::int64_t), checked as
+// by empty_array. Fill it through fresh_data<T>(out) (or fresh_value<T>(out)) before returning or
+// recording it. Out of line (framework/tensor.cpp), so that its three blocks' allocations and
+// frees run inlined there rather than as calls into the library from every op.
+template <class T> Tensor empty_tensor(const Shape& shape, const char* op = "empty");
 
 // empty_tensor<T> for any dtype: every element is the caller's to write.
 inline Tensor empty_tensor(DType dtype, const Shape& shape, const char* op = "empty") {

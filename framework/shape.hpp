@@ -57,12 +57,12 @@ class Shape {
   Shape(size_type n, std::size_t value) : Shape() { assign(n, value); }
   template <class It, if_iterator<It> = 0> Shape(It first, It last) : Shape() { assign(first, last); }
   Shape(const std::vector<std::size_t>& dims) : Shape() { assign(dims.begin(), dims.end()); }
-  Shape(const Shape& other) : Shape() { assign(other.begin(), other.end()); }
+  Shape(const Shape& other) : Shape() { copy_from(other); }
   Shape(Shape&& other) noexcept : Shape() { take(other); }
   ~Shape() { release(); }
 
   Shape& operator=(const Shape& other) {
-    if (this != &other) assign(other.begin(), other.end());
+    if (this != &other) copy_from(other);
     return *this;
   }
   Shape& operator=(Shape&& other) noexcept {
@@ -214,6 +214,17 @@ class Shape {
   bool on_heap() const noexcept { return data_ != inline_; }
   void release() noexcept {
     if (on_heap()) delete[] data_;
+  }
+  // Copies other's dims (other is not this shape). Both inline-sized and this one inline (every
+  // tensor of rank <= kInline): a fixed-size copy of kInline dims, no call; other's block always
+  // holds that many (a heap block has more than kInline). Otherwise assign.
+  void copy_from(const Shape& other) {
+    if (other.size_ <= kInline && !on_heap()) {
+      std::memcpy(inline_, other.data_, sizeof inline_);
+      size_ = other.size_;
+    } else {
+      assign(other.begin(), other.end());
+    }
   }
   // Moves other's dims into this empty, inline shape; other is left empty.
   void take(Shape& other) noexcept {

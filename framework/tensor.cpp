@@ -183,21 +183,39 @@ BlockCache::~BlockCache() {
   for (auto& c : small) c.release([](void* p) { std::free(p); });
 }
 
-// The calling thread's cache for a freed block: nullptr once the thread has ended.
-BlockCache* cache_for_push() {
-  if (BlockCache* c = t_cache) return c;
+// The calling thread's cache for a freed block: nullptr once the thread has ended. The first
+// use out of line, so that the pooled paths stay small enough to inline into empty_tensor
+// and the shared_ptr blocks' destructors made in this file.
+[[gnu::noinline, gnu::cold]] BlockCache* first_cache_for_push() {
   if (!kCacheBlocks || t_cache_ended) return nullptr;
   return t_cache = &t_blocks;  // constructed, and its destructor registered, by this first use
+}
+inline BlockCache* cache_for_push() {
+  if (BlockCache* c = t_cache) return c;
+  return first_cache_for_push();
 }
 
 }  // namespace
 
-void* detail::aligned_allocate(std::size_t bytes) {
+// The four entry points below are the pooled paths only (a few instructions each, inlined into
+// the callers in this file); what calls malloc or free is out of line.
+namespace {
+[[gnu::noinline, gnu::cold]] void* aligned_allocate_slow(std::size_t bytes) {
   const std::size_t k = kCacheBlocks ? size_class(bytes) : kClasses;
-  if (k == kClasses) return raw_aligned(bytes);
-  if (BlockCache* c = t_cache)
-    if (void* p = c->aligned[k].pop()) return p;
-  return raw_aligned(kSmallestClass << k);
+  return raw_aligned(k == kClasses ? bytes : kSmallestClass << k);
+}
+[[gnu::noinline]] void* small_allocate_slow(std::size_t bytes) {
+  if (!kCacheBlocks || bytes > kSmallMax) return raw_small(bytes ? bytes : 1);
+  return raw_small((small_class(bytes) + 1) * kSmallStep);
+}
+}  // namespace
+
+void* detail::aligned_allocate(std::size_t bytes) {
+  if (kCacheBlocks)
+    if (const std::size_t k = size_class(bytes); k < kClasses)
+      if (BlockCache* c = t_cache)
+        if (void* p = c->aligned[k].pop()) return p;
+  return aligned_allocate_slow(bytes);
 }
 
 void detail::aligned_deallocate(void* p, std::size_t bytes) noexcept {
@@ -208,11 +226,10 @@ void detail::aligned_deallocate(void* p, std::size_t bytes) noexcept {
 }
 
 void* detail::small_allocate(std::size_t bytes) {
-  if (!kCacheBlocks || bytes > kSmallMax) return raw_small(bytes ? bytes : 1);
-  const std::size_t k = small_class(bytes);
-  if (BlockCache* c = t_cache)
-    if (void* p = c->small[k].pop()) return p;
-  return raw_small((k + 1) * kSmallStep);
+  if (kCacheBlocks && bytes <= kSmallMax)
+    if (BlockCache* c = t_cache)
+      if (void* p = c->small[small_class(bytes)].pop()) return p;
+  return small_allocate_slow(bytes);
 }
 
 void detail::small_deallocate(void* p, std::size_t bytes) noexcept {
@@ -236,6 +253,22 @@ void detail::wrong_element_type(DType requested, DType actual) {
 }
 
 Tensor::Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+template <class T> Tensor empty_tensor(const Shape& shape, const char* op) {
+  const std::size_t n = detail::check_new_tensor_size<T>(op, shape);
+  auto impl = new_tensor_impl(shape);
+  impl->dtype = dtype_of<T>();
+  try {
+    impl->value = new_storage(n, sizeof(T));
+  } catch (const MemoryError& e) {
+    detail::out_of_memory(op, dtype_of<T>(), shape, e);
+  }
+  return Tensor(std::move(impl));
+}
+template Tensor empty_tensor<float>(const Shape&, const char*);
+template Tensor empty_tensor<double>(const Shape&, const char*);
+template Tensor empty_tensor<bool>(const Shape&, const char*);
+template Tensor empty_tensor<std::int64_t>(const Shape&, const char*);
 
 static TensorImpl& checked(const std::shared_ptr<TensorImpl>& p) {
   if (!p) throw_error<ValueError>("tensor", "operation on an undefined tensor");
