@@ -265,6 +265,43 @@ void BM_head_gemms(benchmark::State& state) {
   state.SetItemsProcessed(std::int64_t(state.iterations()) * 6);
 }
 
+// float64 C (M, N) = op(A) op(B): xgrad's own kernels (detail::tiled_gemm_f64, which
+// gemm<double> runs where OpenBLAS falls back to generic pre-AVX kernels) against cblas_dgemm
+// (whatever family OpenBLAS runs: OPENBLAS_CORETYPE picks one). Args: M, N, K, trans_a,
+// trans_b; the shapes of the gradexp example's products (an attention head of 17 positions,
+// its projections and a long-K weight gradient) and two squares.
+void dgemm_case(benchmark::State& state, bool own) {
+  const auto M = std::size_t(state.range(0)), N = std::size_t(state.range(1)), K = std::size_t(state.range(2));
+  const bool ta = state.range(3) != 0, tb = state.range(4) != 0;
+  std::vector<double> a(M * K), b(K * N), c(M * N);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = double(i % 7) * 0.1;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = double(i % 5) * 0.3;
+  const std::size_t lda = ta ? M : K, ldb = tb ? K : N;
+  for (auto _ : state) {
+    if (own)
+      xgrad::detail::tiled_gemm_f64(ta, tb, M, N, K, 1.0, a.data(), lda, b.data(), ldb, 0.0, c.data(), N);
+    else
+      cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N), int(K),
+                  1.0, a.data(), int(lda), b.data(), int(ldb), 0.0, c.data(), int(N));
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * double(M) * double(N) * double(K) * double(state.iterations()) * 1e-9, benchmark::Counter::kIsRate);
+}
+void BM_dgemm_own(benchmark::State& state) {
+  if (xgrad::cpu_path() == xgrad::CpuPath::Baseline) return state.SkipWithError("needs the avx2 or avx512 path");
+  dgemm_case(state, true);
+}
+void BM_dgemm_blas(benchmark::State& state) { dgemm_case(state, false); }
+void dgemm_shapes(benchmark::internal::Benchmark* b) {
+  for (const auto& s : std::vector<std::vector<std::int64_t>>{{17, 16, 17, 0, 0}, {17, 17, 16, 0, 1}, {17, 16, 17, 1, 0},
+                                                             {4352, 64, 32, 0, 1}, {2912, 96, 32, 0, 1}, {96, 32, 8704, 1, 0},
+                                                             {256, 256, 256, 0, 0}, {1024, 1024, 1024, 0, 0}})
+    b->Args(s);
+  b->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+
 BENCHMARK(BM_xgrad_matmul)->Apply(sizes);
 BENCHMARK(BM_cblas_sgemm)->Apply(sizes);
 BENCHMARK(BM_cblas_sgemm_offset)->Arg(0)->Arg(16)->Arg(32)->Arg(48)->UseRealTime()->Unit(benchmark::kMicrosecond);
@@ -274,6 +311,8 @@ BENCHMARK(BM_head_gemms)->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_make_output_tensor)->Arg(4)->Arg(64)->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_xgrad_matmul)->Arg(4)->UseRealTime()->Unit(benchmark::kNanosecond);
 BENCHMARK(BM_cblas_sgemm)->Arg(4)->UseRealTime()->Unit(benchmark::kNanosecond);
+BENCHMARK(BM_dgemm_own)->Apply(dgemm_shapes);
+BENCHMARK(BM_dgemm_blas)->Apply(dgemm_shapes);
 BENCHMARK(BM_matmul_vs_cblas_same_buffers)->Arg(64)->Arg(256)->Arg(1024)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_xgrad_matmul_fwd_bwd)->Apply(sizes);
 BENCHMARK(BM_xgrad_linear_fwd_bwd)->Apply(sizes);

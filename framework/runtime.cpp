@@ -218,6 +218,13 @@ std::string trimmed(const char* s) {
 }
 }  // namespace
 
+bool detail::blas_core_is_generic(const std::string& core) {
+  static const char* const kGeneric[] = {"Katmai",   "Coppermine", "Northwood", "Prescott", "Banias",
+                                         "Core2",    "Penryn",     "Dunnington", "Nehalem", "Atom",
+                                         "Athlon",   "Opteron",    "Opteron(SSE3)", "Barcelona"};
+  return std::find(std::begin(kGeneric), std::end(kGeneric), core) != std::end(kGeneric);
+}
+
 RuntimeInfo runtime_info() {
   RuntimeInfo r;
   r.version = XGRAD_VERSION;
@@ -228,14 +235,10 @@ RuntimeInfo runtime_info() {
   r.blas_config = openblas_get_config ? trimmed(openblas_get_config()) : "";
   const char* env = std::getenv("OPENBLAS_CORETYPE");
   r.blas_coretype_env = env ? env : "";
-  // OpenBLAS's families older than AVX (its fallbacks for CPUs it does not know), only when it
-  // chose one itself (OPENBLAS_CORETYPE unset: an empty value already makes it pick another)
-  static const char* const kGeneric[] = {"Katmai",   "Coppermine", "Northwood", "Prescott", "Banias",
-                                         "Core2",    "Penryn",     "Dunnington", "Nehalem", "Atom",
-                                         "Athlon",   "Opteron",    "Opteron(SSE3)", "Barcelona"};
+  // a generic family OpenBLAS chose itself (OPENBLAS_CORETYPE unset: an empty value already
+  // makes it pick another)
   const auto paths = supported_cpu_paths();
-  if (!env && std::find(std::begin(kGeneric), std::end(kGeneric), r.blas_core) != std::end(kGeneric) &&
-      paths.back() != CpuPath::Baseline)
+  if (!env && detail::blas_core_is_generic(r.blas_core) && paths.back() != CpuPath::Baseline)
     r.blas_coretype_hint = paths.back() == CpuPath::Avx512 ? "SkylakeX" : "Haswell";
   r.num_threads = num_threads();
   return r;

@@ -75,14 +75,20 @@ struct RuntimeInfo {
   // OpenBLAS runs its generic pre-AVX kernels (Prescott, Core2, Nehalem, ...) of its own accord
   // on a CPU that runs xgrad's avx2 or avx512 path: it does not know the CPU (OpenBLAS 0.3.21 on
   // an Intel Xeon of family 6 model 207: Prescott, sgemm at ~21 GFLOP/s against ~145 with its
-  // SkylakeX kernels). xgrad's float32 products then mostly run its own kernels, but float64
-  // GEMMs (gradient checks, Hessians: half the gradexp example's time there) and the float32
-  // products routed to OpenBLAS run slowly. blas_coretype_hint names the family to pin with
-  // OPENBLAS_CORETYPE (SkylakeX or Haswell) then, and is "" otherwise; runtime_summary shows it.
+  // SkylakeX kernels). xgrad's float32 products then mostly run its own kernels, and its float64
+  // GEMMs all of them (ops/tiled_gemm_f64.cpp), but the float32 products still routed to
+  // OpenBLAS (a transposed B under 128 rows, very wide products) run slowly. blas_coretype_hint
+  // names the family to pin with OPENBLAS_CORETYPE (SkylakeX or Haswell) then, and is ""
+  // otherwise; runtime_summary shows it.
   std::string blas_coretype_hint;
   int num_threads = 1;
 };
 RuntimeInfo runtime_info();
-std::string runtime_summary();  // one line: "xgrad 0.1.0 (abc1234) | cpu ... | path avx512 | ..."
+std::string runtime_summary();
+namespace detail {
+// Whether `core` (RuntimeInfo::blas_core) is one of OpenBLAS's families older than AVX (Prescott,
+// Core2, Nehalem, ...): its fallbacks for CPUs it does not know.
+bool blas_core_is_generic(const std::string& core);
+}  // namespace detail  // one line: "xgrad 0.1.0 (abc1234) | cpu ... | path avx512 | ..."
 
 }  // namespace xgrad

@@ -90,12 +90,16 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
         Bk = panel.get();
       }
     }
+  bool own_f64 = false;
+  if constexpr (std::is_same_v<T, double>) own_f64 = own_f64_kernels();
   // A block's rows of C, columns [n0, n0 + n): BLAS gets bias copied into them and beta 1.
   // (bpanels: bk = the block's first panel; column blocks start on whole panels.)
   const auto one = [&](std::size_t m, std::size_t n, const T* a, const T* b, const T* bk, T* c, std::size_t n0) {
     if constexpr (std::is_same_v<T, float>) {
       if (bpanels) return tiled_gemm_bpanels(trans_a, m, n, K, alpha, a, lda, bk, width, beta, c, ldc, bias ? bias + n0 : nullptr);
       if (tiled) return tiled_gemm(trans_a, m, n, K, alpha, a, lda, bk, ldk, beta, c, ldc, bias ? bias + n0 : nullptr);
+    } else if (own_f64) {
+      return tiled_gemm_f64(trans_a, trans_b, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc, bias ? bias + n0 : nullptr);
     }
     if (bias)
       for (std::size_t i = 0; i < m; ++i) std::copy_n(bias + n0, n, c + i * ldc);

@@ -67,6 +67,17 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
           const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc,
           const T* bias = nullptr);
 
+// xgrad's own float64 GEMM (ops/tiled_gemm_f64.cpp), gemm's contract (bias: beta 0) with both
+// operands packed first: gemm<double> runs it instead of OpenBLAS where own_f64_kernels() is
+// true, i.e. where OpenBLAS runs one of its generic pre-AVX kernel families (it does not know
+// the CPU; detail::blas_core_is_generic) and xgrad its AVX2 or AVX-512 path. Each element of C
+// is the same bits whatever the shape, the block it falls in, the thread count or which of the
+// two paths runs (fused multiply-adds in order of k). std::logic_error on the baseline path.
+void tiled_gemm_f64(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, double alpha,
+                    const double* A, std::size_t lda, const double* B, std::size_t ldb, double beta, double* C,
+                    std::size_t ldc, const double* bias = nullptr);
+bool own_f64_kernels();
+
 // gemm<float> with every dimension <= kSmallGemmMax runs small_gemm (ops/tiled_gemm.cpp): the
 // same contract, without BLAS's per-call cost, which is most of the time of such a product.
 constexpr std::size_t kSmallGemmMax = 32;

@@ -1112,6 +1112,81 @@ BOOST_AUTO_TEST_CASE(float32_gemm_row_bias_equals_bias_copied_with_beta_one) {
 }
 
 
+// xgrad's own float64 GEMM (detail::tiled_gemm_f64: 8 x 16 AVX-512 and 6 x 8 AVX2 tiles, op(B)
+// packed; gemm<double> runs it where OpenBLAS falls back to generic pre-AVX kernels), on every
+// fused path the CPU runs, every transpose pair, strided operands, B sized exactly, row blocks
+// (K 2100: one tile's rows per block), gemm<double>'s 2 row blocks (1024 x 64 x 256), column
+// tails: each element of C is the scalar chain acc = fma(a_ik, b_kj, acc) in order of k from 0,
+// then alpha acc rounded, plus beta C (rounded) or plus bias_j, bit for bit (so the same bits on
+// both paths and for any cut); nothing outside C's M x N block is written, C is never read for
+// beta 0 (NaN there).
+BOOST_AUTO_TEST_CASE(tiled_float64_gemm_is_the_fused_chain_on_every_fused_path) {
+  const CpuPath before = cpu_path();
+  constexpr double kSentinel = 1234.5;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  struct Case {
+    std::size_t M, N, K;
+  };
+  const Case cases[] = {{1, 1, 1}, {13, 17, 5}, {64, 100, 70}, {9, 33, 129}, {70, 16, 64}, {100, 40, 2100}, {300, 23, 300}, {1024, 64, 256}};
+  const bool generic = detail::blas_core_is_generic(runtime_info().blas_core);
+  std::size_t paths_run = 0;
+  for (CpuPath path : supported_cpu_paths()) {
+    set_cpu_path(path);
+    BOOST_TEST(detail::own_f64_kernels() == (generic && path != CpuPath::Baseline));
+    if (path == CpuPath::Baseline) continue;
+    ++paths_run;
+    for (const Case& cs : cases)
+      for (int ta = 0; ta < 2; ++ta)
+        for (int tb = 0; tb < 2; ++tb) {
+          const std::size_t M = cs.M, N = cs.N, K = cs.K;
+          const std::size_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 7;
+          const Vec A = vals((ta ? K : M) * lda, 51), B = vals(((tb ? N : K) - 1) * ldb + (tb ? K : N), 52);
+          const Vec cv = vals(M * N, 53), bias = vals(N, 54);
+          const auto a = [&](std::size_t i, std::size_t k) { return ta ? A[k * lda + i] : A[i * lda + k]; };
+          const auto b = [&](std::size_t k, std::size_t j) { return tb ? B[j * ldb + k] : B[k * ldb + j]; };
+          const std::size_t rows = M + 2;
+          Vec c0(rows * ldc, kSentinel), c1(rows * ldc, kSentinel), c2(rows * ldc, kSentinel);
+          for (std::size_t i = 0; i < M; ++i)
+            for (std::size_t j = 0; j < N; ++j) c0[i * ldc + j] = c2[i * ldc + j] = nan, c1[i * ldc + j] = cv[i * N + j];
+          const double alpha = 0.75, beta = -1.25;
+          detail::tiled_gemm_f64(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0, c0.data(), ldc);
+          detail::tiled_gemm_f64(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, c1.data(), ldc);
+          detail::tiled_gemm_f64(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0, c2.data(), ldc, bias.data());
+          BOOST_TEST_CONTEXT(cpu_path_name(path) << " M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb) {
+            std::size_t outside = 0, wrong0 = 0, wrong1 = 0, wrong2 = 0;
+            for (std::size_t i = 0; i < rows; ++i)
+              for (std::size_t j = 0; j < ldc; ++j) {
+                if (i >= M || j >= N) {
+                  outside += c0[i * ldc + j] != kSentinel || c1[i * ldc + j] != kSentinel || c2[i * ldc + j] != kSentinel;
+                  continue;
+                }
+                double acc = 0.0;
+                for (std::size_t k = 0; k < K; ++k) acc = std::fma(a(i, k), b(k, j), acc);
+                volatile double y = alpha * acc, z = beta * cv[i * N + j];  // each rounded
+                const double y1 = y + z, y2 = y + bias[j];
+                wrong0 += c0[i * ldc + j] != y;
+                wrong1 += c1[i * ldc + j] != y1;
+                wrong2 += c2[i * ldc + j] != y2;
+              }
+            BOOST_TEST(outside == 0u);
+            BOOST_TEST(wrong0 == 0u);
+            BOOST_TEST(wrong1 == 0u);
+            BOOST_TEST(wrong2 == 0u);
+            if (detail::own_f64_kernels()) {  // gemm<double> routes here, in its row or column blocks
+              Vec g(M * N);
+              detail::gemm<double>(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0, g.data(), N);
+              std::size_t differ = 0;
+              for (std::size_t i = 0; i < M; ++i)
+                for (std::size_t j = 0; j < N; ++j) differ += g[i * N + j] != c0[i * ldc + j];
+              BOOST_TEST(differ == 0u);
+            }
+          }
+        }
+  }
+  set_cpu_path(before);
+  if (paths_run == 0) BOOST_TEST_MESSAGE("tiled_gemm_f64: this CPU runs the baseline path only");
+}
+
 BOOST_AUTO_TEST_CASE(matmul_batched_and_broadcast_batch) {
   // (2,3,4) x (2,4,5): per-batch products
   Vec A = vals(24, 101), B = vals(40, 102);

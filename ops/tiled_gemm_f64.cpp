@@ -1,0 +1,269 @@
+// xgrad's own float64 GEMM (declared in ops/detail.hpp: tiled_gemm_f64, own_f64_kernels), for
+// CPUs whose OpenBLAS runs generic pre-AVX kernels: Debian's OpenBLAS 0.3.21 does not know e.g.
+// the Intel Xeons of family 6 model 207 and falls back to its Prescott (SSE2/SSE3) kernels
+// there, which made the float64 products of gradient checks and Hessians most of their time
+// (the gradexp example: ~50% of it in dgemm_kernel_PRESCOTT). gemm<double> runs this instead
+// wherever OpenBLAS's kernel family is such a fallback and xgrad runs its AVX2 or AVX-512 path
+// (own_f64_kernels); everywhere else float64 stays on OpenBLAS.
+//
+// op(A) is read in place, op(B) packed once per call into column panels of W columns (zeros
+// past column N - 1: a panel is one contiguous stretch, where B's own rows at a row stride of a
+// multiple of 1 KiB share a few L1 sets):
+//   a_ik = A[min(i, M - 1) lda + k] (A[k lda + min(i, M - 1)] transposed: rows past M - 1 repeat
+//          the last, computed and never stored)
+//   b_kj = Bp[(p K + k) W + j - p W] for j in panel p
+//   tile (rows i0 .. i0 + R - 1, columns j0 .. j0 + W - 1):
+//     acc_ij = sum_{k = 0 .. K-1} a_ik b_kj        in order of k, one fused multiply-add per k
+//     C_ij   = alpha acc_ij                         beta 0: C is not read
+//     C_ij   = alpha acc_ij + beta C_ij             both products rounded, then the sum
+//     C_ij   = alpha acc_ij + bias_j                (beta 0) the product rounded, then the sum
+// Every element of C is the same function of its row of op(A) and its column of op(B), whatever
+// M, N, the tile or block it falls in, or the block gemm cut the product into: the same bits
+// for any thread count, and on the AVX-512 (8 x 16 tiles) and AVX2 (6 x 8) paths alike.
+// Small products (an attention head's 17 x 16 x 17 in float64 gradient experiments: most of
+// their GEMM calls) pay no packing then. Large ones run in row blocks whose op(A) takes ~256 KiB
+// (L2) while every column panel passes over it, or column panel by column panel over all rows
+// when that streams fewer bytes (a long K with few columns: the weight gradients).
+#include <algorithm>
+#include <cstddef>
+#include <stdexcept>
+
+#include "xgrad/ops/detail.hpp"
+#include "xgrad/ops/isa.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define XGRAD_F64_X86 1
+#endif
+
+namespace xgrad::detail {
+namespace {
+
+// op(B) (K, N) into column panels of W columns (zeros past column N - 1): from B (K, N) itself,
+// or from B^T (N, K) (trans_b), row stride ldb.
+void pack_b_f64(bool trans_b, std::size_t K, std::size_t N, const double* B, std::size_t ldb, std::size_t W,
+                double* dst) {
+  for (std::size_t p = 0; p * W < N; ++p) {
+    double* d = dst + p * K * W;
+    const std::size_t j0 = p * W, cols = std::min(W, N - j0);
+    for (std::size_t k = 0; k < K; ++k, d += W) {
+      std::size_t j = 0;
+      if (trans_b)
+        for (; j < cols; ++j) d[j] = B[(j0 + j) * ldb + k];
+      else
+        for (; j < cols; ++j) d[j] = B[k * ldb + j0 + j];
+      for (; j < W; ++j) d[j] = 0.0;
+    }
+  }
+}
+
+struct GemmF64 {
+  bool trans_a;
+  std::size_t M, N, K;
+  double alpha, beta;
+  const double* A;
+  std::size_t lda;
+  const double* B;     // op(B) in column panels (panel_stride = K W, ldb = W)
+  std::size_t ldb, panel_stride;
+  double* C;
+  std::size_t ldc;
+  const double* bias;  // N values, or null
+};
+
+#ifdef XGRAD_F64_X86
+// Keeps the vector x a rounded product: the compiler may not fuse it into the add that follows.
+#define XGRAD_ROUNDED(x) __asm__("" : "+v"(x))
+#define XGRAD_UNROLL _Pragma("GCC unroll 16")
+
+// The R x 16 tile at rows i0.., column panel p (columns p 16 .. + cols - 1): 2 vectors of 8.
+template <bool Masked>
+XGRAD_TARGET_AVX512 inline __attribute__((always_inline)) void tile_f64_avx512(const GemmF64& g, std::size_t i0,
+                                                                               std::size_t p, std::size_t cols) {
+  constexpr std::size_t R = 8, W = 16;
+  const __mmask8 m0 = Masked ? __mmask8((1u << std::min<std::size_t>(8, cols)) - 1) : __mmask8(0xff);
+  const __mmask8 m1 = Masked ? __mmask8(cols > 8 ? (1u << (cols - 8)) - 1 : 0) : __mmask8(0xff);
+  const double* ar[R];
+  const std::size_t ka = g.trans_a ? g.lda : 1;
+  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {
+    const std::size_t i = std::min(i0 + r, g.M - 1);
+    ar[r] = g.trans_a ? g.A + i : g.A + i * g.lda;
+  }
+  __m512d acc[R][2];
+  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_pd();
+  const double* b = g.B + p * g.panel_stride;
+  const std::size_t K = g.K, ldb = g.ldb;
+  for (std::size_t k = 0, at = 0; k < K; ++k, at += ka, b += ldb) {
+    const __m512d b0 = Masked ? _mm512_maskz_loadu_pd(m0, b) : _mm512_loadu_pd(b);
+    const __m512d b1 = Masked ? _mm512_maskz_loadu_pd(m1, b + 8) : _mm512_loadu_pd(b + 8);
+    XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {
+      const __m512d x = _mm512_set1_pd(ar[r][at]);
+      acc[r][0] = _mm512_fmadd_pd(x, b0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_pd(x, b1, acc[r][1]);
+    }
+  }
+  const __m512d va = _mm512_set1_pd(g.alpha), vb = _mm512_set1_pd(g.beta);
+  __m512d bias0 = _mm512_setzero_pd(), bias1 = _mm512_setzero_pd();
+  if (g.bias) {
+    bias0 = _mm512_maskz_loadu_pd(m0, g.bias + p * W);
+    bias1 = _mm512_maskz_loadu_pd(m1, g.bias + p * W + 8);
+  }
+  const std::size_t rows = std::min(R, g.M - i0);
+  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {
+    if (r >= rows) break;
+    double* c = g.C + (i0 + r) * g.ldc + p * W;
+    __m512d y0 = _mm512_mul_pd(va, acc[r][0]), y1 = _mm512_mul_pd(va, acc[r][1]);
+    if (g.bias) {
+      XGRAD_ROUNDED(y0);
+      XGRAD_ROUNDED(y1);
+      y0 = _mm512_add_pd(y0, bias0);
+      y1 = _mm512_add_pd(y1, bias1);
+    } else if (g.beta != 0.0) {
+      __m512d z0 = _mm512_mul_pd(vb, _mm512_maskz_loadu_pd(m0, c));
+      __m512d z1 = _mm512_mul_pd(vb, _mm512_maskz_loadu_pd(m1, c + 8));
+      XGRAD_ROUNDED(y0);
+      XGRAD_ROUNDED(y1);
+      XGRAD_ROUNDED(z0);
+      XGRAD_ROUNDED(z1);
+      y0 = _mm512_add_pd(y0, z0);
+      y1 = _mm512_add_pd(y1, z1);
+    }
+    _mm512_mask_storeu_pd(c, m0, y0);
+    _mm512_mask_storeu_pd(c + 8, m1, y1);
+  }
+}
+// Rows [i_begin, i_end) against column panels [p_begin, p_end), tile by tile.
+XGRAD_TARGET_AVX512 void tiles_f64_avx512(const GemmF64& g, std::size_t i_begin, std::size_t i_end,
+                                          std::size_t p_begin, std::size_t p_end) {
+  for (std::size_t p = p_begin; p < p_end; ++p) {
+    const std::size_t cols = std::min<std::size_t>(16, g.N - p * 16);
+    if (cols == 16)
+      for (std::size_t i0 = i_begin; i0 < i_end; i0 += 8) tile_f64_avx512<false>(g, i0, p, cols);
+    else
+      for (std::size_t i0 = i_begin; i0 < i_end; i0 += 8) tile_f64_avx512<true>(g, i0, p, cols);
+  }
+}
+
+// 64-bit lane l of the 4 lanes at kLaneMask64 + 4 - n is all ones for l < n, zero after.
+constexpr long long kLaneMask64[8] = {-1, -1, -1, -1};
+
+// The R x 8 tile at rows i0.., column panel p (columns p 8 .. + cols - 1): 2 vectors of 4.
+template <bool Masked>
+XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_f64_avx2(const GemmF64& g, std::size_t i0,
+                                                                           std::size_t p, std::size_t cols) {
+  constexpr std::size_t R = 6, W = 8;
+  const std::size_t n0 = std::min<std::size_t>(4, cols), n1 = cols > 4 ? cols - 4 : 0;
+  const __m256i m0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLaneMask64 + 4 - n0));
+  const __m256i m1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLaneMask64 + 4 - n1));
+  const double* ar[R];
+  const std::size_t ka = g.trans_a ? g.lda : 1;
+  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {
+    const std::size_t i = std::min(i0 + r, g.M - 1);
+    ar[r] = g.trans_a ? g.A + i : g.A + i * g.lda;
+  }
+  __m256d acc[R][2];
+  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_pd();
+  const double* b = g.B + p * g.panel_stride;
+  const std::size_t K = g.K, ldb = g.ldb;
+  for (std::size_t k = 0, at = 0; k < K; ++k, at += ka, b += ldb) {
+    const __m256d b0 = Masked ? _mm256_maskload_pd(b, m0) : _mm256_loadu_pd(b);
+    const __m256d b1 = Masked ? _mm256_maskload_pd(b + 4, m1) : _mm256_loadu_pd(b + 4);
+    XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {
+      const __m256d x = _mm256_broadcast_sd(ar[r] + at);
+      acc[r][0] = _mm256_fmadd_pd(x, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_pd(x, b1, acc[r][1]);
+    }
+  }
+  const __m256d va = _mm256_set1_pd(g.alpha), vb = _mm256_set1_pd(g.beta);
+  __m256d bias0 = _mm256_setzero_pd(), bias1 = _mm256_setzero_pd();
+  if (g.bias) {
+    bias0 = _mm256_maskload_pd(g.bias + p * W, m0);
+    bias1 = _mm256_maskload_pd(g.bias + p * W + 4, m1);
+  }
+  const std::size_t rows = std::min(R, g.M - i0);
+  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {
+    if (r >= rows) break;
+    double* c = g.C + (i0 + r) * g.ldc + p * W;
+    __m256d y0 = _mm256_mul_pd(va, acc[r][0]), y1 = _mm256_mul_pd(va, acc[r][1]);
+    if (g.bias) {
+      XGRAD_ROUNDED(y0);
+      XGRAD_ROUNDED(y1);
+      y0 = _mm256_add_pd(y0, bias0);
+      y1 = _mm256_add_pd(y1, bias1);
+    } else if (g.beta != 0.0) {
+      __m256d z0 = _mm256_mul_pd(vb, _mm256_maskload_pd(c, m0));
+      __m256d z1 = _mm256_mul_pd(vb, _mm256_maskload_pd(c + 4, m1));
+      XGRAD_ROUNDED(y0);
+      XGRAD_ROUNDED(y1);
+      XGRAD_ROUNDED(z0);
+      XGRAD_ROUNDED(z1);
+      y0 = _mm256_add_pd(y0, z0);
+      y1 = _mm256_add_pd(y1, z1);
+    }
+    _mm256_maskstore_pd(c, m0, y0);
+    _mm256_maskstore_pd(c + 4, m1, y1);
+  }
+}
+XGRAD_TARGET_AVX2 void tiles_f64_avx2(const GemmF64& g, std::size_t i_begin, std::size_t i_end, std::size_t p_begin,
+                                      std::size_t p_end) {
+  for (std::size_t p = p_begin; p < p_end; ++p) {
+    const std::size_t cols = std::min<std::size_t>(8, g.N - p * 8);
+    if (cols == 8)
+      for (std::size_t i0 = i_begin; i0 < i_end; i0 += 6) tile_f64_avx2<false>(g, i0, p, cols);
+    else
+      for (std::size_t i0 = i_begin; i0 < i_end; i0 += 6) tile_f64_avx2<true>(g, i0, p, cols);
+  }
+}
+#undef XGRAD_UNROLL
+#undef XGRAD_ROUNDED
+#endif
+
+}  // namespace
+
+bool own_f64_kernels() {
+#ifdef XGRAD_F64_X86
+  static const bool generic_blas = blas_core_is_generic(runtime_info().blas_core);
+  return generic_blas && cpu_path() != CpuPath::Baseline;
+#else
+  return false;
+#endif
+}
+
+void tiled_gemm_f64(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, double alpha,
+                    const double* A, std::size_t lda, const double* B, std::size_t ldb, double beta, double* C,
+                    std::size_t ldc, const double* bias) {
+#ifdef XGRAD_F64_X86
+  if (M == 0 || N == 0) return;
+  const bool wide = cpu_path() == CpuPath::Avx512;
+  if (!wide && cpu_path() != CpuPath::Avx2) throw std::logic_error("tiled_gemm_f64: needs the avx2 or avx512 path");
+  if (K == 0) {  // an empty sum: C = beta C (or bias)
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t j = 0; j < N; ++j) C[i * ldc + j] = bias ? bias[j] : beta == 0.0 ? 0.0 : beta * C[i * ldc + j];
+    return;
+  }
+  const std::size_t R = wide ? 8 : 6, W = wide ? 16 : 8, panels = (N + W - 1) / W;
+  GemmF64 g{trans_a, M, N, K, alpha, beta, A, lda, B, ldb, W, C, ldc, bias};
+  AlignedBuffer<double> bp = aligned_buffer<double>(panels * W * K);
+  pack_b_f64(trans_b, K, N, B, ldb, W, bp.get());
+  g.B = bp.get(), g.ldb = W, g.panel_stride = K * W;
+  const auto run = [&](std::size_t i_begin, std::size_t i_end, std::size_t p_begin, std::size_t p_end) {
+    if (wide) tiles_f64_avx512(g, i_begin, i_end, p_begin, p_end);
+    else tiles_f64_avx2(g, i_begin, i_end, p_begin, p_end);
+  };
+  // Row blocks of ~32 Ki doubles of op(A) (a whole number of tiles), each passed by every column
+  // panel: op(B) streamed once per block. Column panels over all rows instead: op(A) streamed once
+  // per panel. Whichever streams fewer doubles (the bits are the same).
+  const std::size_t block = std::max<std::size_t>(R, (std::size_t(1) << 15) / K / R * R);
+  const std::size_t by_blocks = (M + block - 1) / block * K * N, by_panels = panels * M * K;
+  if (by_blocks <= by_panels) {
+    for (std::size_t i0 = 0; i0 < M; i0 += block) run(i0, std::min(M, i0 + block), 0, panels);
+  } else {
+    for (std::size_t p = 0; p < panels; ++p) run(0, M, p, p + 1);
+  }
+#else
+  (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb,
+      (void)beta, (void)C, (void)ldc, (void)bias;
+  throw std::logic_error("tiled_gemm_f64: not built for this target");
+#endif
+}
+
+}  // namespace xgrad::detail
