@@ -20,8 +20,8 @@
 // Every element of C is the same function of its row of op(A) and its column of op(B), whatever
 // M, N, the tile or block it falls in, or the block gemm cut the product into: the same bits
 // for any thread count, and on the AVX-512 (8 x 16 tiles) and AVX2 (6 x 8) paths alike.
-// Small products (an attention head's 17 x 16 x 17 in float64 gradient experiments: most of
-// their GEMM calls) pay no packing then. Large ones run in row blocks whose op(A) takes ~256 KiB
+// op(A) is never copied, and op(B)'s copy is small against the product but for a few rows of
+// C. Large products run in row blocks whose op(A) takes ~256 KiB
 // (L2) while every column panel passes over it, or column panel by column panel over all rows
 // when that streams fewer bytes; a long K (the weight gradients over thousands of positions) in
 // chunks of k, raw sums carried between them.
@@ -71,15 +71,16 @@ struct GemmF64 {
   const double* bias;  // N values, or null
 };
 
-// One pass of the tiles: rows [i_begin, i_end), k in [k0, k1). Unless first, the tiles' sums
-// start from the raw ones at partial (row stride ldp: the rows from i_begin, every panel's
-// columns); unless last, they end there, raw, instead of in C. A float64 sum carried on from
-// its stored value is the same chain of roundings: the chunks do not change a bit.
 // k in one pass up to kOnePassK, beyond it in chunks of kChunkK (rows in blocks of kChunkRows).
 // Measured on a Xeon family 6 model 207 (1 thread, interleaved): chunks took the long-K weight
 // gradient 96 x 32 x 8,704 (TN) from 2.8-3.0 to 1.3-1.7 ms; at 1,024^3 one pass and chunks both
 // ran in 35-51 ms (that machine's noise), so up to K 1,024 the single pass stays.
 constexpr std::size_t kOnePassK = 1024, kChunkK = 256, kChunkRows = 128;
+
+// One pass of the tiles: rows [i_begin, i_end), k in [k0, k1). Unless first, the tiles' sums
+// start from the raw ones at partial (row stride ldp: the rows from i_begin, every panel's
+// columns); unless last, they end there, raw, instead of in C. A float64 sum carried on from
+// its stored value is the same chain of roundings: the chunks do not change a bit.
 struct Chunk {
   std::size_t i_begin, i_end, k0, k1;
   bool first, last;
@@ -94,8 +95,9 @@ struct Chunk {
 
 // The R x 16 tile at rows i0.., column panel p (columns p 16 .. + cols - 1): 2 vectors of 8.
 template <bool Masked>
-XGRAD_TARGET_AVX512 inline __attribute__((always_inline)) void tile_f64_avx512(const GemmF64& g, const Chunk& ch, std::size_t i0,
-                                                                               std::size_t p, std::size_t cols) {
+XGRAD_TARGET_AVX512 inline __attribute__((always_inline)) void tile_f64_avx512(const GemmF64& g, const Chunk& ch,
+                                                                           std::size_t i0, std::size_t p,
+                                                                           std::size_t cols) {
   constexpr std::size_t R = 8, W = 16;
   const __mmask8 m0 = Masked ? __mmask8((1u << std::min<std::size_t>(8, cols)) - 1) : __mmask8(0xff);
   const __mmask8 m1 = Masked ? __mmask8(cols > 8 ? (1u << (cols - 8)) - 1 : 0) : __mmask8(0xff);
@@ -177,8 +179,9 @@ constexpr long long kLaneMask64[8] = {-1, -1, -1, -1};
 
 // The R x 8 tile at rows i0.., column panel p (columns p 8 .. + cols - 1): 2 vectors of 4.
 template <bool Masked>
-XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_f64_avx2(const GemmF64& g, const Chunk& ch, std::size_t i0,
-                                                                           std::size_t p, std::size_t cols) {
+XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_f64_avx2(const GemmF64& g, const Chunk& ch,
+                                                                           std::size_t i0, std::size_t p,
+                                                                           std::size_t cols) {
   constexpr std::size_t R = 6, W = 8;
   const std::size_t n0 = std::min<std::size_t>(4, cols), n1 = cols > 4 ? cols - 4 : 0;
   const __m256i m0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLaneMask64 + 4 - n0));
@@ -297,7 +300,8 @@ void tiled_gemm_f64(bool trans_a, bool trans_b, std::size_t M, std::size_t N, st
     const std::size_t block = std::max<std::size_t>(R, (std::size_t(1) << 15) / K / R * R);
     const std::size_t by_blocks = (M + block - 1) / block * K * N, by_panels = panels * M * K;
     if (by_blocks <= by_panels) {
-      for (std::size_t i0 = 0; i0 < M; i0 += block) run(Chunk{i0, std::min(M, i0 + block), 0, K, true, true, nullptr, 0}, 0, panels);
+      for (std::size_t i0 = 0; i0 < M; i0 += block)
+        run(Chunk{i0, std::min(M, i0 + block), 0, K, true, true, nullptr, 0}, 0, panels);
     } else {
       for (std::size_t p = 0; p < panels; ++p) run(Chunk{0, M, 0, K, true, true, nullptr, 0}, p, p + 1);
     }
