@@ -55,12 +55,7 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
           const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc,
           const T* bias) {
   if (M == 0 || N == 0) return;
-  if (K == 0) {  // an empty sum: C = beta C (or bias)
-    for (std::size_t i = 0; i < M; ++i)
-      for (std::size_t j = 0; j < N; ++j)
-        C[i * ldc + j] = bias ? bias[j] : beta == T(0) ? T(0) : beta * C[i * ldc + j];
-    return;
-  }
+  if (K == 0) return empty_sum_gemm(M, N, beta, C, ldc, bias);
   blas_single_thread();  // also before the small path: any xgrad GEMM leaves OpenBLAS single-threaded (documented)
   if constexpr (std::is_same_v<T, float>)
     if (small_gemm_fits(M, N, K))

@@ -67,6 +67,14 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
           const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc,
           const T* bias = nullptr);
 
+// gemm's result for K = 0, an empty sum: C = beta C (C not read for beta 0), or bias_j in every
+// row; M x N of C at row stride ldc. Shared by gemm and the own kernels that take K = 0.
+template <class T>
+void empty_sum_gemm(std::size_t M, std::size_t N, T beta, T* C, std::size_t ldc, const T* bias) {
+  for (std::size_t i = 0; i < M; ++i)
+    for (std::size_t j = 0; j < N; ++j) C[i * ldc + j] = bias ? bias[j] : beta == T(0) ? T(0) : beta * C[i * ldc + j];
+}
+
 // xgrad's own float64 GEMM (ops/tiled_gemm_f64.cpp), gemm's contract (bias: beta 0) with both
 // operands packed first: gemm<double> runs it instead of OpenBLAS where own_f64_kernels() is
 // true, i.e. where OpenBLAS runs one of its generic pre-AVX kernel families (it does not know

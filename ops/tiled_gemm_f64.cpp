@@ -279,11 +279,7 @@ void tiled_gemm_f64(bool trans_a, bool trans_b, std::size_t M, std::size_t N, st
   if (M == 0 || N == 0) return;
   const bool wide = cpu_path() == CpuPath::Avx512;
   if (!wide && cpu_path() != CpuPath::Avx2) throw std::logic_error("tiled_gemm_f64: needs the avx2 or avx512 path");
-  if (K == 0) {  // an empty sum: C = beta C (or bias)
-    for (std::size_t i = 0; i < M; ++i)
-      for (std::size_t j = 0; j < N; ++j) C[i * ldc + j] = bias ? bias[j] : beta == 0.0 ? 0.0 : beta * C[i * ldc + j];
-    return;
-  }
+  if (K == 0) return empty_sum_gemm(M, N, beta, C, ldc, bias);
   const std::size_t R = wide ? 8 : 6, W = wide ? 16 : 8, panels = (N + W - 1) / W;
   GemmF64 g{trans_a, M, N, K, alpha, beta, A, lda, B, ldb, W, C, ldc, bias};
   AlignedBuffer<double> bp = aligned_buffer<double>(panels * W * K);
