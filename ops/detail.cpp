@@ -67,7 +67,7 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
   const T* Bk = B;
   std::size_t ldk = ldb;
   bool tiled = false, bpanels = false;
-  std::size_t width = 0;  // bpanels: the panel width
+  std::size_t width = 0;  // bpanels, own_f64: the panel width
   AlignedBuffer<T> panel;
   if constexpr (std::is_same_v<T, float>)
     if (tiled_gemm_fits(trans_a, trans_b, M, N, K)) {
@@ -85,8 +85,16 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
         Bk = panel.get();
       }
     }
+  // float64 where OpenBLAS runs generic kernels: xgrad's tiles, op(B) packed once here too.
   bool own_f64 = false;
-  if constexpr (std::is_same_v<T, double>) own_f64 = own_f64_kernels();
+  if constexpr (std::is_same_v<T, double>)
+    if (own_f64_kernels()) {
+      own_f64 = true;
+      width = f64_panel_width();
+      panel = aligned_buffer<T>((N + width - 1) / width * width * K);
+      pack_f64_bpanels(trans_b, K, N, B, ldb, panel.get(), width);
+      Bk = panel.get();
+    }
   // A block's rows of C, columns [n0, n0 + n): BLAS gets bias copied into them and beta 1.
   // (bpanels: bk = the block's first panel; column blocks start on whole panels.)
   const auto one = [&](std::size_t m, std::size_t n, const T* a, const T* b, const T* bk, T* c, std::size_t n0) {
@@ -94,7 +102,7 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
       if (bpanels) return tiled_gemm_bpanels(trans_a, m, n, K, alpha, a, lda, bk, width, beta, c, ldc, bias ? bias + n0 : nullptr);
       if (tiled) return tiled_gemm(trans_a, m, n, K, alpha, a, lda, bk, ldk, beta, c, ldc, bias ? bias + n0 : nullptr);
     } else if (own_f64) {
-      return tiled_gemm_f64(trans_a, trans_b, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc, bias ? bias + n0 : nullptr);
+      return tiled_gemm_f64_bpanels(trans_a, m, n, K, alpha, a, lda, bk, width, beta, c, ldc, bias ? bias + n0 : nullptr);
     }
     if (bias)
       for (std::size_t i = 0; i < m; ++i) std::copy_n(bias + n0, n, c + i * ldc);
@@ -105,7 +113,7 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
   const std::size_t len = by_rows ? M : N;
   const std::size_t blocks = std::clamp<std::size_t>(std::min(len / kMinBlock, M * N * K / kMinBlockWork), 1, kMaxBlocks);
   if (blocks == 1) return one(M, N, A, B, Bk, C, 0);
-  const std::size_t align = bpanels && !by_rows ? width : kBlockAlign;  // width: 16 or 32
+  const std::size_t align = (bpanels || own_f64) && !by_rows ? width : kBlockAlign;  // width: 8, 16 or 32
   // ceil(len / blocks) rounded up to align: at most `blocks` blocks (len / blocks rounded down
   // and then up could leave a last block of a few rows, e.g. 256 + 256 + 256 + 1 of 769)
   const std::size_t step = ((len + blocks - 1) / blocks + align - 1) / align * align;
@@ -116,7 +124,7 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
       if (by_rows)
         one(n, N, trans_a ? A + lo : A + lo * lda, B, Bk, C + lo * ldc, 0);
       else
-        one(M, n, A, trans_b ? B + lo * ldb : B + lo, bpanels ? Bk + lo * K : Bk + lo, C + lo, lo);
+        one(M, n, A, trans_b ? B + lo * ldb : B + lo, bpanels || own_f64 ? Bk + lo * K : Bk + lo, C + lo, lo);
     }
   });
 }

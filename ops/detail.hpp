@@ -75,15 +75,28 @@ void empty_sum_gemm(std::size_t M, std::size_t N, T beta, T* C, std::size_t ldc,
     for (std::size_t j = 0; j < N; ++j) C[i * ldc + j] = bias ? bias[j] : beta == T(0) ? T(0) : beta * C[i * ldc + j];
 }
 
-// xgrad's own float64 GEMM (ops/tiled_gemm_f64.cpp), gemm's contract (bias: beta 0) with both
-// operands packed first: gemm<double> runs it instead of OpenBLAS where own_f64_kernels() is
-// true, i.e. where OpenBLAS runs one of its generic pre-AVX kernel families (it does not know
-// the CPU; detail::blas_core_is_generic) and xgrad its AVX2 or AVX-512 path. Each element of C
-// is the same bits whatever the shape, the block it falls in, the thread count or which of the
-// two paths runs (fused multiply-adds in order of k). std::logic_error on the baseline path.
+// xgrad's own float64 GEMM (ops/tiled_gemm_f64.cpp), gemm's contract (bias: beta 0), op(A) read
+// in place and op(B) packed into column panels first: gemm<double> runs it instead of OpenBLAS
+// where own_f64_kernels() is true, i.e. where OpenBLAS runs one of its generic pre-AVX kernel
+// families (it does not know the CPU; detail::blas_core_is_generic) and xgrad its AVX2 or
+// AVX-512 path. Each element of C is the same bits whatever the shape, the block it falls in,
+// the thread count or which of the two paths runs (fused multiply-adds in order of k).
+// std::logic_error on the baseline path.
 void tiled_gemm_f64(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, double alpha,
                     const double* A, std::size_t lda, const double* B, std::size_t ldb, double beta, double* C,
                     std::size_t ldc, const double* bias = nullptr);
+// tiled_gemm_f64 in two steps, so that gemm<double> packs op(B) once for all its blocks:
+// pack_f64_bpanels lays op(B) (K, N) (from B (K, N), or B^T (N, K) if trans_b; row stride ldb)
+// out as ceil(N / w) panels of w columns, dst[p w K + k w + j % w] = op(B)[k][j] with p = j / w,
+// zeros past column N - 1; tiled_gemm_f64_bpanels reads them (a column block from whole panels
+// on: Bp + (n0 / w) w K). w must be f64_panel_width(), the path's tile width (AVX-512 16, AVX2
+// 8; std::logic_error if it is not).
+std::size_t f64_panel_width();
+void pack_f64_bpanels(bool trans_b, std::size_t K, std::size_t N, const double* B, std::size_t ldb, double* dst,
+                      std::size_t w);
+void tiled_gemm_f64_bpanels(bool trans_a, std::size_t M, std::size_t N, std::size_t K, double alpha,
+                            const double* A, std::size_t lda, const double* Bp, std::size_t width, double beta,
+                            double* C, std::size_t ldc, const double* bias = nullptr);
 bool own_f64_kernels();
 
 // gemm<float> with every dimension <= kSmallGemmMax runs small_gemm (ops/tiled_gemm.cpp): the

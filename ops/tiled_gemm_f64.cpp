@@ -1,4 +1,5 @@
-// xgrad's own float64 GEMM (declared in ops/detail.hpp: tiled_gemm_f64, own_f64_kernels), for
+// xgrad's own float64 GEMM (declared in ops/detail.hpp: tiled_gemm_f64, its two steps
+// pack_f64_bpanels and tiled_gemm_f64_bpanels, own_f64_kernels), for
 // CPUs whose OpenBLAS runs generic pre-AVX kernels: Debian's OpenBLAS 0.3.21 does not know e.g.
 // the Intel Xeons of family 6 model 207 and falls back to its Prescott (SSE2/SSE3) kernels
 // there, which made the float64 products of gradient checks and Hessians most of their time
@@ -6,7 +7,7 @@
 // wherever OpenBLAS's kernel family is such a fallback and xgrad runs its AVX2 or AVX-512 path
 // (own_f64_kernels); everywhere else float64 stays on OpenBLAS.
 //
-// op(A) is read in place, op(B) packed once per call into column panels of W columns (zeros
+// op(A) is read in place, op(B) packed once per product into column panels of W columns (zeros
 // past column N - 1: a panel is one contiguous stretch, where B's own rows at a row stride of a
 // multiple of 1 KiB share a few L1 sets):
 //   a_ik = A[min(i, M - 1) lda + k] (A[k lda + min(i, M - 1)] transposed: rows past M - 1 repeat
@@ -28,6 +29,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <stdexcept>
+#include <string>
 
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/isa.hpp"
@@ -39,24 +41,6 @@
 
 namespace xgrad::detail {
 namespace {
-
-// op(B) (K, N) into column panels of W columns (zeros past column N - 1): from B (K, N) itself,
-// or from B^T (N, K) (trans_b), row stride ldb.
-void pack_b_f64(bool trans_b, std::size_t K, std::size_t N, const double* B, std::size_t ldb, std::size_t W,
-                double* dst) {
-  for (std::size_t p = 0; p * W < N; ++p) {
-    double* d = dst + p * K * W;
-    const std::size_t j0 = p * W, cols = std::min(W, N - j0);
-    for (std::size_t k = 0; k < K; ++k, d += W) {
-      std::size_t j = 0;
-      if (trans_b)
-        for (; j < cols; ++j) d[j] = B[(j0 + j) * ldb + k];
-      else
-        for (; j < cols; ++j) d[j] = B[k * ldb + j0 + j];
-      for (; j < W; ++j) d[j] = 0.0;
-    }
-  }
-}
 
 struct GemmF64 {
   bool trans_a;
@@ -272,19 +256,48 @@ bool own_f64_kernels() {
 #endif
 }
 
+std::size_t f64_panel_width() { return cpu_path() == CpuPath::Avx512 ? 16 : 8; }
+
+void pack_f64_bpanels(bool trans_b, std::size_t K, std::size_t N, const double* B, std::size_t ldb, double* dst,
+                      std::size_t W) {
+  for (std::size_t p = 0; p * W < N; ++p) {
+    double* d = dst + p * K * W;
+    const std::size_t j0 = p * W, cols = std::min(W, N - j0);
+    for (std::size_t k = 0; k < K; ++k, d += W) {
+      std::size_t j = 0;
+      if (trans_b)
+        for (; j < cols; ++j) d[j] = B[(j0 + j) * ldb + k];
+      else
+        for (; j < cols; ++j) d[j] = B[k * ldb + j0 + j];
+      for (; j < W; ++j) d[j] = 0.0;
+    }
+  }
+}
+
 void tiled_gemm_f64(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, double alpha,
                     const double* A, std::size_t lda, const double* B, std::size_t ldb, double beta, double* C,
                     std::size_t ldc, const double* bias) {
+  if (M == 0 || N == 0) return;
+  const std::size_t W = f64_panel_width();
+  AlignedBuffer<double> bp = aligned_buffer<double>((N + W - 1) / W * W * K);
+  pack_f64_bpanels(trans_b, K, N, B, ldb, bp.get(), W);
+  tiled_gemm_f64_bpanels(trans_a, M, N, K, alpha, A, lda, bp.get(), W, beta, C, ldc, bias);
+}
+
+void tiled_gemm_f64_bpanels(bool trans_a, std::size_t M, std::size_t N, std::size_t K, double alpha,
+                            const double* A, std::size_t lda, const double* Bp, std::size_t width, double beta,
+                            double* C, std::size_t ldc, const double* bias) {
 #ifdef XGRAD_F64_X86
   if (M == 0 || N == 0) return;
   const bool wide = cpu_path() == CpuPath::Avx512;
-  if (!wide && cpu_path() != CpuPath::Avx2) throw std::logic_error("tiled_gemm_f64: needs the avx2 or avx512 path");
+  if (!wide && cpu_path() != CpuPath::Avx2)
+    throw std::logic_error("tiled_gemm_f64_bpanels: needs the avx2 or avx512 path");
   if (K == 0) return empty_sum_gemm(M, N, beta, C, ldc, bias);
   const std::size_t R = wide ? 8 : 6, W = wide ? 16 : 8, panels = (N + W - 1) / W;
-  GemmF64 g{trans_a, M, N, K, alpha, beta, A, lda, B, ldb, W, C, ldc, bias};
-  AlignedBuffer<double> bp = aligned_buffer<double>(panels * W * K);
-  pack_b_f64(trans_b, K, N, B, ldb, W, bp.get());
-  g.B = bp.get(), g.ldb = W, g.panel_stride = K * W;
+  if (width != W)
+    throw std::logic_error("tiled_gemm_f64_bpanels: panel width " + std::to_string(width) + ", this path's is " +
+                           std::to_string(W));
+  const GemmF64 g{trans_a, M, N, K, alpha, beta, A, lda, Bp, W, K * W, C, ldc, bias};
   const auto run = [&](const Chunk& ch, std::size_t p_begin, std::size_t p_end) {
     if (wide) tiles_f64_avx512(g, ch, p_begin, p_end);
     else tiles_f64_avx2(g, ch, p_begin, p_end);
@@ -314,9 +327,9 @@ void tiled_gemm_f64(bool trans_a, bool trans_b, std::size_t M, std::size_t N, st
       run(Chunk{i0, std::min(M, i0 + rows), k0, k1, k0 == 0, k1 == K, scratch.get(), ldp}, 0, panels);
     }
 #else
-  (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb,
-      (void)beta, (void)C, (void)ldc, (void)bias;
-  throw std::logic_error("tiled_gemm_f64: not built for this target");
+  (void)trans_a, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)Bp, (void)width, (void)beta,
+      (void)C, (void)ldc, (void)bias;
+  throw std::logic_error("tiled_gemm_f64_bpanels: not built for this target");
 #endif
 }
 
