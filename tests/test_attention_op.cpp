@@ -2,7 +2,9 @@
 // attention_reference, its composition from registered ops (forward and backward, with a
 // random upstream gradient), over masks, causal row blocks, packed qkv and threads.
 // Gradchecks and gradgradchecks of the op itself run in the registry suite.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "helpers.hpp"
@@ -295,6 +297,60 @@ BOOST_AUTO_TEST_CASE(two_threads_give_the_same_bits) {
   test::with_threads(2, [&] { two = run(); });
   BOOST_TEST(one == two);
   BOOST_TEST(num_threads() == 1);
+}
+
+// The AVX2 and AVX-512 paths both fuse every multiply-add and run the same row kernels'
+// operations in the same order (the AVX-512 path's own kernels for rows of <= 16 keys
+// included), so float32 attention gives the same bits on both: output and the three input
+// gradients, for short rows (1, 5, 16 keys, groups of 16 query rows and a partial one), longer
+// ones (17, 40), every mask kind, rows with nothing visible and padding queries skipped.
+BOOST_AUTO_TEST_CASE(float32_attention_is_the_same_bits_on_the_avx2_and_avx512_paths) {
+  const auto paths = supported_cpu_paths();
+  if (std::find(paths.begin(), paths.end(), CpuPath::Avx512) == paths.end()) {
+    BOOST_TEST_MESSAGE("attention: this CPU has no AVX-512 path to compare with avx2");
+    return;
+  }
+  const CpuPath before = cpu_path();
+  Rng rng(23);
+  const Case cases[] = {{2, 16, 16, 2, 8, 8}, {2, 20, 5, 2, 4, 4}, {1, 3, 1, 1, 4, 4},
+                        {2, 16, 17, 2, 8, 8}, {2, 19, 40, 2, 8, 4}, {3, 16, 16, 4, 16, 16}};
+  std::size_t compared = 0;
+  for (const Case& c : cases)
+    for (int kind = 0; kind < 7; ++kind) {
+      AttentionMasks m;
+      std::vector<bool> pad(c.B * c.S, false);
+      for (std::size_t s = c.S / 2 + 1; s < c.S; ++s) pad[s] = true;  // batch 0: a padded tail
+      for (std::size_t s = 0; s < c.S; ++s) pad[(c.B - 1) * c.S + s] = c.B > 2;  // the last of 3: all padding
+      std::vector<bool> bm(c.T * c.S);
+      for (std::size_t i = 0; i < bm.size(); ++i) bm[i] = (i * 7) % 5 == 0 || i / c.S == 2;  // row 2: all masked
+      if (kind == 1) m.key_padding_mask = bool_tensor(pad, {c.B, c.S});
+      if (kind == 2) m.is_causal = true;
+      if (kind == 3) m.mask = bool_tensor(bm, {c.T, c.S});
+      if (kind == 4) m.float_mask = randn({c.T, c.S}, rng, DType::Float32);
+      if (kind == 5) m.key_padding_mask = bool_tensor(pad, {c.B, c.S}), m.is_causal = true;
+      if (kind == 6) {
+        if (c.T != c.S) continue;
+        m.key_padding_mask = bool_tensor(pad, {c.B, c.S}), m.skip_padded_queries = true;
+      }
+      Inputs in = random_inputs(c, rng, DType::Float32);
+      std::vector<std::vector<float>> runs;
+      for (CpuPath path : {CpuPath::Avx2, CpuPath::Avx512}) {
+        set_cpu_path(path);
+        Tensor out = attention(in.q, in.k, in.v, c.H, m);
+        auto grads = grad({out}, {in.q, in.k, in.v}, {in.g});
+        std::vector<float> all(out.data<float>(), out.data<float>() + out.numel());
+        for (auto& t : grads) all.insert(all.end(), t.data<float>(), t.data<float>() + t.numel());
+        runs.push_back(all);
+      }
+      set_cpu_path(before);
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < runs[0].size(); ++i)
+        differ += std::memcmp(&runs[0][i], &runs[1][i], sizeof(float)) != 0;
+      BOOST_TEST_CONTEXT("B " << c.B << " T " << c.T << " S " << c.S << " H " << c.H << " mask kind " << kind)
+      BOOST_TEST(differ == 0u);
+      ++compared;
+    }
+  BOOST_TEST(compared == 38u);
 }
 
 BOOST_AUTO_TEST_CASE(fully_masked_rows_give_zero_output_and_zero_finite_gradients) {
