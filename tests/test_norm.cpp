@@ -2,7 +2,9 @@
 // fused backward against the differentiable formulas (the create_graph path) and against the
 // old composite built from primitive ops, constant rows, empty inputs, and every error.
 // gradcheck / gradgradcheck of the registered samples run in test_registry.cpp.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -12,6 +14,7 @@
 #include "helpers.hpp"
 #include "xgrad/framework/autograd.hpp"
 #include "xgrad/framework/errors.hpp"
+#include "xgrad/framework/runtime.hpp"
 #include "xgrad/framework/tensor.hpp"
 #include "xgrad/models/layers.hpp"
 #include "xgrad/ops/elementwise.hpp"
@@ -134,6 +137,51 @@ BOOST_AUTO_TEST_CASE(forward_matches_double_loops) {
           BOOST_TEST(allclose(y32, ref_layer_norm(round32(xv), N, round32(wv), round32(bv), eps), 2e-5, 2e-5));
         }
       }
+}
+
+// The AVX2 and AVX-512 paths both fuse multiply-adds and sum a row over 16 lanes in the same
+// order (the AVX-512 path's own kernels for rows of a multiple of 16 included), so float32
+// layer_norm gives the same bits on both: y, dx, dw and db, for every affine variant, rows of
+// 16, 64 and 80 (whole registers) and 20 (a tail), constant rows included.
+BOOST_AUTO_TEST_CASE(float32_is_the_same_bits_on_the_avx2_and_avx512_paths) {
+  const auto paths = supported_cpu_paths();
+  if (std::find(paths.begin(), paths.end(), CpuPath::Avx512) == paths.end()) {
+    BOOST_TEST_MESSAGE("layer_norm: this CPU has no AVX-512 path to compare with avx2");
+    return;
+  }
+  const CpuPath before = cpu_path();
+  Rng rng(41);
+  std::size_t compared = 0;
+  for (std::size_t N : {16, 64, 80, 20})
+    for (int affine = 0; affine < 4; ++affine) {
+      Tensor x = randn({7, N}, rng, DType::Float32);
+      for (std::size_t i = 0; i < N; ++i) x.mutable_data<float>()[3 * N + i] = 2.5f;  // a constant row
+      x.set_requires_grad(true);
+      Tensor w = (affine & 1) ? randn({N}, rng, DType::Float32) : Tensor();
+      Tensor b = (affine & 2) ? randn({N}, rng, DType::Float32) : Tensor();
+      if (w.defined()) w.set_requires_grad(true);
+      if (b.defined()) b.set_requires_grad(true);
+      Tensor g = randn({7, N}, rng, DType::Float32);
+      std::vector<std::vector<float>> runs;
+      for (CpuPath path : {CpuPath::Avx2, CpuPath::Avx512}) {
+        set_cpu_path(path);
+        Tensor y = layer_norm(x, w, b);
+        std::vector<Tensor> wrt{x};
+        if (w.defined()) wrt.push_back(w);
+        if (b.defined()) wrt.push_back(b);
+        auto grads = grad({y}, wrt, {g});
+        std::vector<float> all(y.data<float>(), y.data<float>() + y.numel());
+        for (auto& t : grads) all.insert(all.end(), t.data<float>(), t.data<float>() + t.numel());
+        runs.push_back(all);
+      }
+      set_cpu_path(before);
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < runs[0].size(); ++i)
+        differ += std::memcmp(&runs[0][i], &runs[1][i], sizeof(float)) != 0;
+      BOOST_TEST_CONTEXT("N " << N << " affine " << affine) BOOST_TEST(differ == 0u);
+      ++compared;
+    }
+  BOOST_TEST(compared == 16u);
 }
 
 BOOST_AUTO_TEST_CASE(hand_values) {
