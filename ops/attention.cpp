@@ -512,7 +512,8 @@ void softmax_rows(T* X, std::size_t ldx, std::size_t r0, std::size_t r1, std::si
                   std::size_t h, const MaskView<T>& m, T* stats) {
 #ifdef XGRAD_ATTENTION_X86
   if constexpr (std::is_same_v<T, float>)
-    if (c > 0 && c <= 16 && cpu_path() == CpuPath::Avx512) return softmax_rows_short_avx512(X, ldx, r0, r1, c, S, b, h, m, stats);
+    if (c > 0 && c <= 16 && cpu_path() == CpuPath::Avx512)
+      return softmax_rows_short_avx512(X, ldx, r0, r1, c, S, b, h, m, stats);
 #endif
   if constexpr (std::is_same_v<T, float>) softmax_rows_f32(X, ldx, r0, r1, c, S, b, h, m, stats);
   else softmax_rows_impl<T>(X, ldx, r0, r1, c, S, b, h, m, stats);

@@ -102,7 +102,8 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
       if (bpanels) return tiled_gemm_bpanels(trans_a, m, n, K, alpha, a, lda, bk, width, beta, c, ldc, bias ? bias + n0 : nullptr);
       if (tiled) return tiled_gemm(trans_a, m, n, K, alpha, a, lda, bk, ldk, beta, c, ldc, bias ? bias + n0 : nullptr);
     } else if (own_f64) {
-      return tiled_gemm_f64_bpanels(trans_a, m, n, K, alpha, a, lda, bk, width, beta, c, ldc, bias ? bias + n0 : nullptr);
+      return tiled_gemm_f64_bpanels(trans_a, m, n, K, alpha, a, lda, bk, width, beta, c, ldc,
+                                    bias ? bias + n0 : nullptr);
     }
     if (bias)
       for (std::size_t i = 0; i < m; ++i) std::copy_n(bias + n0, n, c + i * ldc);

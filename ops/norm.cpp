@@ -147,9 +147,7 @@ XGRAD_ISA_KERNEL(layer_norm_backward_rows_f32,
 // sums through the stack (scalar adds, store-forwarding stalls). This does the same operations
 // in the same order, so it gives the same bits (test norm/float32_is_the_same_bits_on_the_avx2_
 // and_avx512_paths): lane_sum's lanes, then its halves 8, 4, 2, 1; the multiply-adds GCC fuses
-// in the loop above (d d into the variance lanes, the affine y) fused here too. (A backward
-// written the same way matched the generic one's bits without a weight but not with one, in
-// 117 of 448 elements of dx; not kept.)
+// in the loop above (d d into the variance lanes, the affine y) fused here too.
 #define XGRAD_LOW8(v) __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
 #define XGRAD_HIGH8(v) __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15)
 #define XGRAD_LOW4(v) __builtin_shufflevector(v, v, 0, 1, 2, 3)
@@ -197,6 +195,53 @@ XGRAD_TARGET_AVX512 void layer_norm_rows_avx512(const float* x, const float* w, 
   }
 }
 
+
+// The backward over rows of a multiple of 16 on the AVX-512 path, the same way. GCC fuses a
+// product into the add or subtraction that uses it (-ffp-contract=fast, intrinsics included):
+// gw = g w is kept a rounded product (XGRAD_ROUNDED), as the generic loop stores it into a row
+// before summing it, where a fused g w + acc_a and g w - a would give other bits.
+#define XGRAD_ROUNDED(x) __asm__("" : "+v"(x))
+// xhat = (x - mean) rstd and gw = g w (or g), 16 lanes from x, g, w.
+XGRAD_TARGET_AVX512 inline __m512 ln_xhat(const float* x, __m512 vm, __m512 vs) {
+  return _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x), vm), vs);
+}
+XGRAD_TARGET_AVX512 inline __m512 ln_gw(const float* g, const float* w) {
+  __m512 gw = _mm512_loadu_ps(g);
+  if (w) {
+    gw = _mm512_mul_ps(gw, _mm512_loadu_ps(w));
+    XGRAD_ROUNDED(gw);
+  }
+  return gw;
+}
+XGRAD_TARGET_AVX512 void layer_norm_backward_rows_avx512(const float* x, const float* w, const float* g,
+                                                         const float* mean, const float* rstd, std::size_t R,
+                                                         std::size_t N, float* dx, float* dw, float* db) {
+  if (dw) std::fill_n(dw, N, 0.0f);
+  if (db) std::fill_n(db, N, 0.0f);
+  const float inv_n = 1.0f / float(N);
+  for (std::size_t r = 0; r < R; ++r) {
+    const float* xr = x + r * N;
+    const float* gr = g + r * N;
+    const __m512 vm = _mm512_set1_ps(mean[r]), vs = _mm512_set1_ps(rstd[r]);
+    __m512 acc_a = _mm512_setzero_ps(), acc_c = _mm512_setzero_ps();
+    for (std::size_t i = 0; i < N; i += 16) {
+      const __m512 gi = _mm512_loadu_ps(gr + i), xhat = ln_xhat(xr + i, vm, vs);
+      const __m512 gw = ln_gw(gr + i, w ? w + i : nullptr);
+      if (dw) _mm512_storeu_ps(dw + i, _mm512_fmadd_ps(gi, xhat, _mm512_loadu_ps(dw + i)));  // dw_i += g xhat
+      if (db) _mm512_storeu_ps(db + i, _mm512_add_ps(_mm512_loadu_ps(db + i), gi));
+      acc_a = _mm512_add_ps(acc_a, gw);
+      acc_c = _mm512_fmadd_ps(gw, xhat, acc_c);
+    }
+    if (!dx) continue;
+    const __m512 a = _mm512_set1_ps(lane_halves16(acc_a) * inv_n), c = _mm512_set1_ps(lane_halves16(acc_c) * inv_n);
+    float* dxr = dx + r * N;
+    for (std::size_t i = 0; i < N; i += 16) {  // dx_i = rstd (gw_i - a - xhat_i c)
+      const __m512 xhat = ln_xhat(xr + i, vm, vs), gw = ln_gw(gr + i, w ? w + i : nullptr);
+      _mm512_storeu_ps(dxr + i, _mm512_mul_ps(vs, _mm512_fnmadd_ps(xhat, c, _mm512_sub_ps(gw, a))));
+    }
+  }
+}
+#undef XGRAD_ROUNDED
 #endif
 
 template <class T>
@@ -211,6 +256,11 @@ void forward_rows(const T* x, const T* w, const T* b, std::size_t R, std::size_t
 template <class T>
 void backward_rows(const T* x, const T* w, const T* g, const T* mean, const T* rstd, std::size_t R, std::size_t N,
                    T* dx, T* dw, T* db) {
+#ifdef XGRAD_NORM_X86
+  if constexpr (std::is_same_v<T, float>)
+    if (N % 16 == 0 && cpu_path() == CpuPath::Avx512)
+      return layer_norm_backward_rows_avx512(x, w, g, mean, rstd, R, N, dx, dw, db);
+#endif
   if constexpr (std::is_same_v<T, float>) layer_norm_backward_rows_f32(x, w, g, mean, rstd, R, N, dx, dw, db);
   else layer_norm_backward_rows<T>(x, w, g, mean, rstd, R, N, dx, dw, db);
 }

@@ -1115,11 +1115,12 @@ BOOST_AUTO_TEST_CASE(float32_gemm_row_bias_equals_bias_copied_with_beta_one) {
 // xgrad's own float64 GEMM (detail::tiled_gemm_f64: 8 x 16 AVX-512 and 6 x 8 AVX2 tiles, op(B)
 // packed; gemm<double> runs it where OpenBLAS falls back to generic pre-AVX kernels), on every
 // fused path the CPU runs, every transpose pair, strided operands, B sized exactly, row blocks
-// (K 2100: one tile's rows per block), gemm<double>'s 2 row blocks (1024 x 64 x 256) and 2 column
-// blocks on op(B)'s panels packed once (64 x 1040 x 256), column tails: each element of C is the scalar chain acc = fma(a_ik, b_kj, acc) in order of k from 0,
-// then alpha acc rounded, plus beta C (rounded) or plus bias_j, bit for bit (so the same bits on
-// both paths and for any cut); nothing outside C's M x N block is written, C is never read for
-// beta 0 (NaN there).
+// (K 2100: one tile's rows per block), gemm<double>'s 2 row blocks (1024 x 64 x 256) and 2
+// column blocks on op(B)'s panels packed once (64 x 1040 x 256), column tails: each element of
+// C is the scalar chain acc = fma(a_ik, b_kj, acc) in order of k from 0, then alpha acc
+// rounded, plus beta C (rounded) or plus bias_j, bit for bit (so the same bits on both paths
+// and for any cut); nothing outside C's M x N block is written, C is never read for beta 0
+// (NaN there).
 BOOST_AUTO_TEST_CASE(tiled_float64_gemm_is_the_fused_chain_on_every_fused_path) {
   const CpuPath before = cpu_path();
   constexpr double kSentinel = 1234.5;
@@ -1127,7 +1128,8 @@ BOOST_AUTO_TEST_CASE(tiled_float64_gemm_is_the_fused_chain_on_every_fused_path) 
   struct Case {
     std::size_t M, N, K;
   };
-  const Case cases[] = {{1, 1, 1}, {13, 17, 5}, {64, 100, 70}, {9, 33, 129}, {70, 16, 64}, {100, 40, 2100}, {300, 23, 300}, {1024, 64, 256}, {64, 1040, 256}};
+  const Case cases[] = {{1, 1, 1},      {13, 17, 5},     {64, 100, 70},    {9, 33, 129},   {70, 16, 64},
+                        {100, 40, 2100}, {300, 23, 300}, {1024, 64, 256}, {64, 1040, 256}};
   const bool generic = detail::blas_core_is_generic(runtime_info().blas_core);
   std::size_t paths_run = 0;
   for (CpuPath path : supported_cpu_paths()) {
