@@ -406,7 +406,9 @@ XGRAD_ISA_KERNEL(softmax_grad_rows_f32,
 //            `a < b ? b : a`, row_max's select, NaN and signed zeros included)
 //   sum:     ((0 + e_0) + e_1) + ... + e_15 in order of j (exp_shifted_sum with one block):
 //            a group's 16 rows transposed, so that the 16 chains run side by side in one register
-//   dot:     lane_sum's halves 8, 4, 2, 1 over the lanes fma(g_j, p_j, 0) (lanes >= c: 0)
+//   dot:     lane_sum's halves 8, 4, 2, 1 over the lanes 0 + g_j p_j (lanes >= c: 0), the
+//            product and the sum in separate statements as there: whether they are fused is
+//            then the compiler's choice in both (GCC fuses across statements, clang does not)
 
 // Halves of a register (GCC's vector shuffles: the intrinsics for these leave GCC 12 warning
 // about their undefined pass-through operands).
@@ -493,7 +495,8 @@ XGRAD_TARGET_AVX512 void softmax_grad_rows_short_avx512(const float* P, std::siz
   const __mmask16 keys = __mmask16((1u << c) - 1);
   for (std::size_t i = 0; i < r; ++i) {
     const __m512 p = _mm512_maskz_loadu_ps(keys, P + i * ldp), g = _mm512_maskz_loadu_ps(keys, G + i * ldg);
-    const __m512 acc = _mm512_fmadd_ps(g, p, _mm512_setzero_ps());
+    const __m512 gp = g * p;  // lane_sum's f(j), then added into its lane (fused or not as the compiler fuses there)
+    const __m512 acc = _mm512_setzero_ps() + gp;
     const __m256 s8 = XGRAD_LOW8(acc) + XGRAD_HIGH8(acc);
     const __m128 s4 = XGRAD_LOW4(s8) + XGRAD_HIGH4(s8);
     const float s2[2] = {s4[0] + s4[2], s4[1] + s4[3]};

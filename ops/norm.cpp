@@ -142,26 +142,28 @@ XGRAD_ISA_KERNEL(layer_norm_backward_rows_f32,
                   std::size_t R, std::size_t N, float* dx, float* dw, float* db),
                  (x, w, g, mean, rstd, R, N, dx, dw, db))
 #ifdef XGRAD_NORM_X86
-// The forward over rows of a multiple of 16 on the AVX-512 path (the reverse model's E = 64),
-// 16 lanes a register: the generic loop above, compiled for AVX-512, folds each row's lane
-// sums through the stack (scalar adds, store-forwarding stalls). This does the same operations
-// in the same order, so it gives the same bits (test norm/float32_is_the_same_bits_on_the_avx2_
-// and_avx512_paths): lane_sum's lanes, then its halves 8, 4, 2, 1; the multiply-adds GCC fuses
-// in the loop above (d d into the variance lanes, the affine y) fused here too.
+// Rows of a multiple of 16 on the AVX-512 path (the reverse model's E = 64), 16 lanes a
+// register: the generic loops above, compiled for AVX-512, fold each row's lane sums through
+// the stack (scalar adds, store-forwarding stalls). These do the same operations in the same
+// order (lane_sum's lanes, then its halves 8, 4, 2, 1), so they give the same bits (test
+// norm/float32_is_the_same_bits_on_the_avx2_and_avx512_paths). Whether a product is fused into
+// the add that uses it is the compiler's choice (GCC: across statements, -ffp-contract=fast;
+// clang: within one expression): the arithmetic is written in vector operators, not FMA
+// intrinsics, each product and sum in the same statements as the loops above, so that every
+// compiler fuses the same ones in both; gw = g w, which the generic backward stores into a row
+// before summing it, is kept a rounded product (XGRAD_ROUNDED).
 #define XGRAD_LOW8(v) __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
 #define XGRAD_HIGH8(v) __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15)
 #define XGRAD_LOW4(v) __builtin_shufflevector(v, v, 0, 1, 2, 3)
 #define XGRAD_HIGH4(v) __builtin_shufflevector(v, v, 4, 5, 6, 7)
+#define XGRAD_ROUNDED(x) __asm__("" : "+v"(x))
 XGRAD_TARGET_AVX512 inline float lane_halves16(__m512 acc) {
   const __m256 s8 = XGRAD_LOW8(acc) + XGRAD_HIGH8(acc);
   const __m128 s4 = XGRAD_LOW4(s8) + XGRAD_HIGH4(s8);
   const float s2[2] = {s4[0] + s4[2], s4[1] + s4[3]};
   return s2[0] + s2[1];
 }
-#undef XGRAD_LOW8
-#undef XGRAD_HIGH8
-#undef XGRAD_LOW4
-#undef XGRAD_HIGH4
+XGRAD_TARGET_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 
 XGRAD_TARGET_AVX512 void layer_norm_rows_avx512(const float* x, const float* w, const float* b, std::size_t R,
                                                 std::size_t N, float eps, float* y, float* mean, float* rstd) {
@@ -170,24 +172,25 @@ XGRAD_TARGET_AVX512 void layer_norm_rows_avx512(const float* x, const float* w, 
     const float* xr = x + r * N;
     float* yr = y + r * N;
     __m512 acc = _mm512_setzero_ps();
-    for (std::size_t i = 0; i < N; i += 16) acc = _mm512_add_ps(acc, _mm512_loadu_ps(xr + i));
+    for (std::size_t i = 0; i < N; i += 16) acc += load16(xr + i);  // mean
     const float m = lane_halves16(acc) * inv_n;
     const __m512 vm = _mm512_set1_ps(m);
     acc = _mm512_setzero_ps();
-    for (std::size_t i = 0; i < N; i += 16) {
-      const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(xr + i), vm);
-      acc = _mm512_fmadd_ps(d, d, acc);
+    for (std::size_t i = 0; i < N; i += 16) {  // variance: d d, then into the lanes
+      const __m512 d = load16(xr + i) - vm;
+      const __m512 dd = d * d;
+      acc += dd;
     }
     const float v = lane_halves16(acc) * inv_n;
     const float s = 1.0f / std::sqrt(v + eps);
     const __m512 vs = _mm512_set1_ps(s);
-    for (std::size_t i = 0; i < N; i += 16) {
-      const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(xr + i), vm);
+    for (std::size_t i = 0; i < N; i += 16) {  // y, one expression per affine variant
+      const __m512 xi = load16(xr + i);
       __m512 out;
-      if (w && b) out = _mm512_fmadd_ps(_mm512_mul_ps(d, vs), _mm512_loadu_ps(w + i), _mm512_loadu_ps(b + i));
-      else if (w) out = _mm512_mul_ps(_mm512_mul_ps(d, vs), _mm512_loadu_ps(w + i));
-      else if (b) out = _mm512_fmadd_ps(d, vs, _mm512_loadu_ps(b + i));
-      else out = _mm512_mul_ps(d, vs);
+      if (w && b) out = (xi - vm) * vs * load16(w + i) + load16(b + i);
+      else if (w) out = (xi - vm) * vs * load16(w + i);
+      else if (b) out = (xi - vm) * vs + load16(b + i);
+      else out = (xi - vm) * vs;
       _mm512_storeu_ps(yr + i, out);
     }
     mean[r] = m;
@@ -195,24 +198,6 @@ XGRAD_TARGET_AVX512 void layer_norm_rows_avx512(const float* x, const float* w, 
   }
 }
 
-
-// The backward over rows of a multiple of 16 on the AVX-512 path, the same way. GCC fuses a
-// product into the add or subtraction that uses it (-ffp-contract=fast, intrinsics included):
-// gw = g w is kept a rounded product (XGRAD_ROUNDED), as the generic loop stores it into a row
-// before summing it, where a fused g w + acc_a and g w - a would give other bits.
-#define XGRAD_ROUNDED(x) __asm__("" : "+v"(x))
-// xhat = (x - mean) rstd and gw = g w (or g), 16 lanes from x, g, w.
-XGRAD_TARGET_AVX512 inline __m512 ln_xhat(const float* x, __m512 vm, __m512 vs) {
-  return _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x), vm), vs);
-}
-XGRAD_TARGET_AVX512 inline __m512 ln_gw(const float* g, const float* w) {
-  __m512 gw = _mm512_loadu_ps(g);
-  if (w) {
-    gw = _mm512_mul_ps(gw, _mm512_loadu_ps(w));
-    XGRAD_ROUNDED(gw);
-  }
-  return gw;
-}
 XGRAD_TARGET_AVX512 void layer_norm_backward_rows_avx512(const float* x, const float* w, const float* g,
                                                          const float* mean, const float* rstd, std::size_t R,
                                                          std::size_t N, float* dx, float* dw, float* db) {
@@ -225,22 +210,37 @@ XGRAD_TARGET_AVX512 void layer_norm_backward_rows_avx512(const float* x, const f
     const __m512 vm = _mm512_set1_ps(mean[r]), vs = _mm512_set1_ps(rstd[r]);
     __m512 acc_a = _mm512_setzero_ps(), acc_c = _mm512_setzero_ps();
     for (std::size_t i = 0; i < N; i += 16) {
-      const __m512 gi = _mm512_loadu_ps(gr + i), xhat = ln_xhat(xr + i, vm, vs);
-      const __m512 gw = ln_gw(gr + i, w ? w + i : nullptr);
-      if (dw) _mm512_storeu_ps(dw + i, _mm512_fmadd_ps(gi, xhat, _mm512_loadu_ps(dw + i)));  // dw_i += g xhat
-      if (db) _mm512_storeu_ps(db + i, _mm512_add_ps(_mm512_loadu_ps(db + i), gi));
-      acc_a = _mm512_add_ps(acc_a, gw);
-      acc_c = _mm512_fmadd_ps(gw, xhat, acc_c);
+      const __m512 gi = load16(gr + i), xi = load16(xr + i);
+      if (dw) _mm512_storeu_ps(dw + i, load16(dw + i) + gi * ((xi - vm) * vs));  // dw_i += g xhat
+      if (db) _mm512_storeu_ps(db + i, load16(db + i) + gi);
+      __m512 gw = gi;
+      if (w) {
+        gw = gi * load16(w + i);
+        XGRAD_ROUNDED(gw);
+      }
+      acc_a += gw;
+      const __m512 gx = gw * ((xi - vm) * vs);  // c's lane: gw xhat, then into the lanes
+      acc_c += gx;
     }
     if (!dx) continue;
-    const __m512 a = _mm512_set1_ps(lane_halves16(acc_a) * inv_n), c = _mm512_set1_ps(lane_halves16(acc_c) * inv_n);
+    const float a = lane_halves16(acc_a) * inv_n, c = lane_halves16(acc_c) * inv_n;
+    const __m512 va = _mm512_set1_ps(a), vc = _mm512_set1_ps(c);
     float* dxr = dx + r * N;
     for (std::size_t i = 0; i < N; i += 16) {  // dx_i = rstd (gw_i - a - xhat_i c)
-      const __m512 xhat = ln_xhat(xr + i, vm, vs), gw = ln_gw(gr + i, w ? w + i : nullptr);
-      _mm512_storeu_ps(dxr + i, _mm512_mul_ps(vs, _mm512_fnmadd_ps(xhat, c, _mm512_sub_ps(gw, a))));
+      const __m512 xi = load16(xr + i);
+      __m512 gw = load16(gr + i);
+      if (w) {
+        gw = gw * load16(w + i);
+        XGRAD_ROUNDED(gw);
+      }
+      _mm512_storeu_ps(dxr + i, vs * (gw - va - ((xi - vm) * vs) * vc));
     }
   }
 }
+#undef XGRAD_LOW8
+#undef XGRAD_HIGH8
+#undef XGRAD_LOW4
+#undef XGRAD_HIGH4
 #undef XGRAD_ROUNDED
 #endif
 
