@@ -116,6 +116,33 @@ inline boost::test_tools::predicate_result gemm_f32_within_bound(const Tensor& y
     }
   return true;
 }
+// Whether this CPU runs xgrad's avx512 path (and so its avx2 path too).
+inline bool has_avx512_path() {
+  const auto paths = supported_cpu_paths();
+  return std::find(paths.begin(), paths.end(), CpuPath::Avx512) != paths.end();
+}
+// Runs f, which returns float32 results, on the avx2 path and then on the avx512 path (call
+// only where has_avx512_path()), the path in use restored after (also when f throws); returns
+// how many of the results differ in any bit between the two.
+template <class F> std::size_t float_bits_differ_avx2_avx512(F&& f) {
+  const CpuPath before = cpu_path();
+  std::vector<float> runs[2];
+  try {
+    set_cpu_path(CpuPath::Avx2);
+    runs[0] = f();
+    set_cpu_path(CpuPath::Avx512);
+    runs[1] = f();
+  } catch (...) {
+    set_cpu_path(before);
+    throw;
+  }
+  set_cpu_path(before);
+  if (runs[0].size() != runs[1].size()) return std::max(runs[0].size(), runs[1].size());
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < runs[0].size(); ++i) differ += std::memcmp(&runs[0][i], &runs[1][i], sizeof(float)) != 0;
+  return differ;
+}
+
 // Runs f with n op threads, then back to the suite's 1 (also when f throws).
 template <class F> void with_threads(int n, F&& f) {
   set_num_threads(n);

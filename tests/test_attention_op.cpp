@@ -2,9 +2,7 @@
 // attention_reference, its composition from registered ops (forward and backward, with a
 // random upstream gradient), over masks, causal row blocks, packed qkv and threads.
 // Gradchecks and gradgradchecks of the op itself run in the registry suite.
-#include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "helpers.hpp"
@@ -305,12 +303,10 @@ BOOST_AUTO_TEST_CASE(two_threads_give_the_same_bits) {
 // gradients, for short rows (1, 5, 16 keys, groups of 16 query rows and a partial one), longer
 // ones (17, 40), every mask kind, rows with nothing visible and padding queries skipped.
 BOOST_AUTO_TEST_CASE(float32_attention_is_the_same_bits_on_the_avx2_and_avx512_paths) {
-  const auto paths = supported_cpu_paths();
-  if (std::find(paths.begin(), paths.end(), CpuPath::Avx512) == paths.end()) {
+  if (!test::has_avx512_path()) {
     BOOST_TEST_MESSAGE("attention: this CPU has no AVX-512 path to compare with avx2");
     return;
   }
-  const CpuPath before = cpu_path();
   Rng rng(23);
   const Case cases[] = {{2, 16, 16, 2, 8, 8}, {2, 20, 5, 2, 4, 4}, {1, 3, 1, 1, 4, 4},
                         {2, 16, 17, 2, 8, 8}, {2, 19, 40, 2, 8, 4}, {3, 16, 16, 4, 16, 16}};
@@ -333,19 +329,13 @@ BOOST_AUTO_TEST_CASE(float32_attention_is_the_same_bits_on_the_avx2_and_avx512_p
         m.key_padding_mask = bool_tensor(pad, {c.B, c.S}), m.skip_padded_queries = true;
       }
       Inputs in = random_inputs(c, rng, DType::Float32);
-      std::vector<std::vector<float>> runs;
-      for (CpuPath path : {CpuPath::Avx2, CpuPath::Avx512}) {
-        set_cpu_path(path);
+      const std::size_t differ = test::float_bits_differ_avx2_avx512([&] {
         Tensor out = attention(in.q, in.k, in.v, c.H, m);
         auto grads = grad({out}, {in.q, in.k, in.v}, {in.g});
         std::vector<float> all(out.data<float>(), out.data<float>() + out.numel());
         for (auto& t : grads) all.insert(all.end(), t.data<float>(), t.data<float>() + t.numel());
-        runs.push_back(all);
-      }
-      set_cpu_path(before);
-      std::size_t differ = 0;
-      for (std::size_t i = 0; i < runs[0].size(); ++i)
-        differ += std::memcmp(&runs[0][i], &runs[1][i], sizeof(float)) != 0;
+        return all;
+      });
       BOOST_TEST_CONTEXT("B " << c.B << " T " << c.T << " S " << c.S << " H " << c.H << " mask kind " << kind)
       BOOST_TEST(differ == 0u);
       ++compared;

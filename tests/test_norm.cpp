@@ -2,9 +2,7 @@
 // fused backward against the differentiable formulas (the create_graph path) and against the
 // old composite built from primitive ops, constant rows, empty inputs, and every error.
 // gradcheck / gradgradcheck of the registered samples run in test_registry.cpp.
-#include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -14,7 +12,6 @@
 #include "helpers.hpp"
 #include "xgrad/framework/autograd.hpp"
 #include "xgrad/framework/errors.hpp"
-#include "xgrad/framework/runtime.hpp"
 #include "xgrad/framework/tensor.hpp"
 #include "xgrad/models/layers.hpp"
 #include "xgrad/ops/elementwise.hpp"
@@ -144,12 +141,10 @@ BOOST_AUTO_TEST_CASE(forward_matches_double_loops) {
 // layer_norm gives the same bits on both: y, dx, dw and db, for every affine variant, rows of
 // 16, 64 and 80 (whole registers) and 20 (a tail), constant rows included.
 BOOST_AUTO_TEST_CASE(float32_is_the_same_bits_on_the_avx2_and_avx512_paths) {
-  const auto paths = supported_cpu_paths();
-  if (std::find(paths.begin(), paths.end(), CpuPath::Avx512) == paths.end()) {
+  if (!test::has_avx512_path()) {
     BOOST_TEST_MESSAGE("layer_norm: this CPU has no AVX-512 path to compare with avx2");
     return;
   }
-  const CpuPath before = cpu_path();
   Rng rng(41);
   std::size_t compared = 0;
   for (std::size_t N : {16, 64, 80, 20})
@@ -162,9 +157,7 @@ BOOST_AUTO_TEST_CASE(float32_is_the_same_bits_on_the_avx2_and_avx512_paths) {
       if (w.defined()) w.set_requires_grad(true);
       if (b.defined()) b.set_requires_grad(true);
       Tensor g = randn({33, N}, rng, DType::Float32);
-      std::vector<std::vector<float>> runs;
-      for (CpuPath path : {CpuPath::Avx2, CpuPath::Avx512}) {
-        set_cpu_path(path);
+      const std::size_t differ = test::float_bits_differ_avx2_avx512([&] {
         Tensor y = layer_norm(x, w, b);
         std::vector<Tensor> wrt{x};
         if (w.defined()) wrt.push_back(w);
@@ -172,12 +165,8 @@ BOOST_AUTO_TEST_CASE(float32_is_the_same_bits_on_the_avx2_and_avx512_paths) {
         auto grads = grad({y}, wrt, {g});
         std::vector<float> all(y.data<float>(), y.data<float>() + y.numel());
         for (auto& t : grads) all.insert(all.end(), t.data<float>(), t.data<float>() + t.numel());
-        runs.push_back(all);
-      }
-      set_cpu_path(before);
-      std::size_t differ = 0;
-      for (std::size_t i = 0; i < runs[0].size(); ++i)
-        differ += std::memcmp(&runs[0][i], &runs[1][i], sizeof(float)) != 0;
+        return all;
+      });
       BOOST_TEST_CONTEXT("N " << N << " affine " << affine) BOOST_TEST(differ == 0u);
       ++compared;
     }
