@@ -50,6 +50,7 @@
 
 #include "xgrad/framework/parallel.hpp"
 #include "xgrad/ops/attention.hpp"
+#include "xgrad/ops/avx512.hpp"
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/fastmath.hpp"
@@ -59,10 +60,6 @@
 #include "xgrad/ops/matmul.hpp"
 #include "xgrad/ops/shape.hpp"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define XGRAD_ATTENTION_X86 1
-#endif
 #include "xgrad/ops/softmax.hpp"
 
 namespace xgrad {
@@ -396,7 +393,7 @@ XGRAD_ISA_KERNEL(softmax_grad_rows_f32,
                  (const float* P, std::size_t ldp, float* G, std::size_t ldg, std::size_t r, std::size_t c),
                  (P, ldp, G, ldg, r, c))
 
-#ifdef XGRAD_ATTENTION_X86
+#ifdef XGRAD_AVX512_ROWS
 // Rows of at most 16 keys on the AVX-512 path (the reverse model's heads: 16 keys a query),
 // each row one register: the generic kernels above, compiled for AVX-512, reduce such a row
 // through the stack (scalar adds, store-forwarding stalls) at ~140 cycles a row. These do the
@@ -410,20 +407,13 @@ XGRAD_ISA_KERNEL(softmax_grad_rows_f32,
 //            product and the sum in separate statements as there: whether they are fused is
 //            then the compiler's choice in both (GCC fuses across statements, clang does not)
 
-// Halves of a register (GCC's vector shuffles: the intrinsics for these leave GCC 12 warning
-// about their undefined pass-through operands).
-#define XGRAD_LOW8(v) __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
-#define XGRAD_HIGH8(v) __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15)
-#define XGRAD_LOW4(v) __builtin_shufflevector(v, v, 0, 1, 2, 3)
-#define XGRAD_HIGH4(v) __builtin_shufflevector(v, v, 4, 5, 6, 7)
-
 // The row max as row_max(x, 16) forms it: `a < b ? b : a` lane-wise, the same select.
 XGRAD_TARGET_AVX512 inline float row_max16_avx512(__m512 v) {
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512 lanes = ninf < v ? v : ninf;
-  const __m256 lo8 = XGRAD_LOW8(lanes), hi8 = XGRAD_HIGH8(lanes);
+  const __m256 lo8 = detail::low8(lanes), hi8 = detail::high8(lanes);
   const __m256 m8 = lo8 < hi8 ? hi8 : lo8;
-  const __m128 lo4 = XGRAD_LOW4(m8), hi4 = XGRAD_HIGH4(m8);
+  const __m128 lo4 = detail::low4(m8), hi4 = detail::high4(m8);
   const __m128 m4 = lo4 < hi4 ? hi4 : lo4;
   const float m2[2] = {m4[0] < m4[2] ? m4[2] : m4[0], m4[1] < m4[3] ? m4[3] : m4[1]};
   return m2[0] < m2[1] ? m2[1] : m2[0];
@@ -497,23 +487,16 @@ XGRAD_TARGET_AVX512 void softmax_grad_rows_short_avx512(const float* P, std::siz
     const __m512 p = _mm512_maskz_loadu_ps(keys, P + i * ldp), g = _mm512_maskz_loadu_ps(keys, G + i * ldg);
     const __m512 gp = g * p;  // lane_sum's f(j), then added into its lane (fused or not as the compiler fuses there)
     const __m512 acc = _mm512_setzero_ps() + gp;
-    const __m256 s8 = XGRAD_LOW8(acc) + XGRAD_HIGH8(acc);
-    const __m128 s4 = XGRAD_LOW4(s8) + XGRAD_HIGH4(s8);
-    const float s2[2] = {s4[0] + s4[2], s4[1] + s4[3]};
-    const __m512 dot = _mm512_set1_ps(s2[0] + s2[1]);
+    const __m512 dot = _mm512_set1_ps(detail::lane_halves16(acc));
     _mm512_mask_storeu_ps(G + i * ldg, keys, _mm512_mul_ps(p, _mm512_sub_ps(g, dot)));
   }
 }
-#undef XGRAD_LOW8
-#undef XGRAD_HIGH8
-#undef XGRAD_LOW4
-#undef XGRAD_HIGH4
 #endif
 
 template <class T>
 void softmax_rows(T* X, std::size_t ldx, std::size_t r0, std::size_t r1, std::size_t c, std::size_t S, std::size_t b,
                   std::size_t h, const MaskView<T>& m, T* stats) {
-#ifdef XGRAD_ATTENTION_X86
+#ifdef XGRAD_AVX512_ROWS
   if constexpr (std::is_same_v<T, float>)
     if (c > 0 && c <= 16 && cpu_path() == CpuPath::Avx512)
       return softmax_rows_short_avx512(X, ldx, r0, r1, c, S, b, h, m, stats);
@@ -529,7 +512,7 @@ void probs_rows(T* X, std::size_t ldx, std::size_t r0, std::size_t r1, std::size
 }
 template <class T>
 void softmax_grad_rows(const T* P, std::size_t ldp, T* G, std::size_t ldg, std::size_t r, std::size_t c) {
-#ifdef XGRAD_ATTENTION_X86
+#ifdef XGRAD_AVX512_ROWS
   if constexpr (std::is_same_v<T, float>)
     if (c > 0 && c <= 16 && cpu_path() == CpuPath::Avx512) return softmax_grad_rows_short_avx512(P, ldp, G, ldg, r, c);
 #endif

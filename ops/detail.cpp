@@ -75,7 +75,7 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
       if (gemm_packs_bpanels(trans_b, M)) {
         bpanels = true;
         width = bpanel_width();
-        panel = aligned_buffer<T>((N + width - 1) / width * width * K);
+        panel = aligned_buffer<T>(bpanels_size(N, K, width));
         pack_bpanels(trans_b, K, N, B, ldb, panel.get(), width);
         Bk = panel.get();
       } else if (trans_b) {
@@ -91,7 +91,7 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
     if (own_f64_kernels()) {
       own_f64 = true;
       width = f64_panel_width();
-      panel = aligned_buffer<T>((N + width - 1) / width * width * K);
+      panel = aligned_buffer<T>(bpanels_size(N, K, width));
       pack_f64_bpanels(trans_b, K, N, B, ldb, panel.get(), width);
       Bk = panel.get();
     }

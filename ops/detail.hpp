@@ -134,6 +134,9 @@ void tiled_gemm_bpanels(bool trans_a, std::size_t M, std::size_t N, std::size_t 
 // The column-panel width of the CPU path in use: its widest tile (AVX-512 32, AVX2 and baseline
 // 16). Read it once and pass it to both pack_bpanels and tiled_gemm_bpanels.
 std::size_t bpanel_width();
+// Elements of op(B) (K, N) packed in column panels of w columns (pack_bpanels,
+// pack_f64_bpanels): ceil(N / w) whole panels of w K.
+inline std::size_t bpanels_size(std::size_t N, std::size_t K, std::size_t w) { return (N + w - 1) / w * w * K; }
 // op(B) (K, N) into column panels of w columns for tiled_gemm_bpanels: from B (K, N) itself
 // (trans_b false) or from B^T (N, K) (trans_b true), row stride ldb: dst[p w K + k w + j % w] =
 // op(B)[k][j] with p = j / w. Writes only within the first ceil(N / w) w K floats of dst (all of

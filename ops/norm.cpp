@@ -25,15 +25,12 @@
 #include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/fastmath.hpp"
+#include "xgrad/ops/avx512.hpp"
 #include "xgrad/ops/isa.hpp"
 #include "xgrad/ops/norm.hpp"
 #include "xgrad/ops/reduce.hpp"
 #include "xgrad/ops/unary.hpp"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define XGRAD_NORM_X86 1
-#endif
 
 namespace xgrad {
 namespace {
@@ -141,7 +138,7 @@ XGRAD_ISA_KERNEL(layer_norm_backward_rows_f32,
                  (const float* x, const float* w, const float* g, const float* mean, const float* rstd,
                   std::size_t R, std::size_t N, float* dx, float* dw, float* db),
                  (x, w, g, mean, rstd, R, N, dx, dw, db))
-#ifdef XGRAD_NORM_X86
+#ifdef XGRAD_AVX512_ROWS
 // Rows of a multiple of 16 on the AVX-512 path (the reverse model's E = 64), 16 lanes a
 // register: the generic loops above, compiled for AVX-512, fold each row's lane sums through
 // the stack (scalar adds, store-forwarding stalls). These do the same operations in the same
@@ -152,17 +149,8 @@ XGRAD_ISA_KERNEL(layer_norm_backward_rows_f32,
 // intrinsics, each product and sum in the same statements as the loops above, so that every
 // compiler fuses the same ones in both; gw = g w, which the generic backward stores into a row
 // before summing it, is kept a rounded product (XGRAD_ROUNDED).
-#define XGRAD_LOW8(v) __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
-#define XGRAD_HIGH8(v) __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15)
-#define XGRAD_LOW4(v) __builtin_shufflevector(v, v, 0, 1, 2, 3)
-#define XGRAD_HIGH4(v) __builtin_shufflevector(v, v, 4, 5, 6, 7)
 #define XGRAD_ROUNDED(x) __asm__("" : "+v"(x))
-XGRAD_TARGET_AVX512 inline float lane_halves16(__m512 acc) {
-  const __m256 s8 = XGRAD_LOW8(acc) + XGRAD_HIGH8(acc);
-  const __m128 s4 = XGRAD_LOW4(s8) + XGRAD_HIGH4(s8);
-  const float s2[2] = {s4[0] + s4[2], s4[1] + s4[3]};
-  return s2[0] + s2[1];
-}
+using detail::lane_halves16;
 XGRAD_TARGET_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 
 XGRAD_TARGET_AVX512 void layer_norm_rows_avx512(const float* x, const float* w, const float* b, std::size_t R,
@@ -237,16 +225,12 @@ XGRAD_TARGET_AVX512 void layer_norm_backward_rows_avx512(const float* x, const f
     }
   }
 }
-#undef XGRAD_LOW8
-#undef XGRAD_HIGH8
-#undef XGRAD_LOW4
-#undef XGRAD_HIGH4
 #undef XGRAD_ROUNDED
 #endif
 
 template <class T>
 void forward_rows(const T* x, const T* w, const T* b, std::size_t R, std::size_t N, T eps, T* y, T* mean, T* rstd) {
-#ifdef XGRAD_NORM_X86
+#ifdef XGRAD_AVX512_ROWS
   if constexpr (std::is_same_v<T, float>)
     if (N % 16 == 0 && cpu_path() == CpuPath::Avx512) return layer_norm_rows_avx512(x, w, b, R, N, eps, y, mean, rstd);
 #endif
@@ -256,7 +240,7 @@ void forward_rows(const T* x, const T* w, const T* b, std::size_t R, std::size_t
 template <class T>
 void backward_rows(const T* x, const T* w, const T* g, const T* mean, const T* rstd, std::size_t R, std::size_t N,
                    T* dx, T* dw, T* db) {
-#ifdef XGRAD_NORM_X86
+#ifdef XGRAD_AVX512_ROWS
   if constexpr (std::is_same_v<T, float>)
     if (N % 16 == 0 && cpu_path() == CpuPath::Avx512)
       return layer_norm_backward_rows_avx512(x, w, g, mean, rstd, R, N, dx, dw, db);

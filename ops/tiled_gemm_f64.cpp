@@ -279,7 +279,7 @@ void tiled_gemm_f64(bool trans_a, bool trans_b, std::size_t M, std::size_t N, st
                     std::size_t ldc, const double* bias) {
   if (M == 0 || N == 0) return;
   const std::size_t W = f64_panel_width();
-  AlignedBuffer<double> bp = aligned_buffer<double>((N + W - 1) / W * W * K);
+  AlignedBuffer<double> bp = aligned_buffer<double>(bpanels_size(N, K, W));
   pack_f64_bpanels(trans_b, K, N, B, ldb, bp.get(), W);
   tiled_gemm_f64_bpanels(trans_a, M, N, K, alpha, A, lda, bp.get(), W, beta, C, ldc, bias);
 }

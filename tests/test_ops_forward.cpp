@@ -1008,7 +1008,7 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
           // which a read at a wrong offset would carry into C
           const std::size_t w = detail::bpanel_width();
           // (packed from B and from B^T: the same panels)
-          std::vector<float> bt(N * (K + 3)), panels((N + w - 1) / w * w * K, nan), from_bt(panels);
+          std::vector<float> bt(N * (K + 3)), panels(detail::bpanels_size(N, K, w), nan), from_bt(panels);
           for (std::size_t k = 0; k < K; ++k)
             for (std::size_t j = 0; j < N; ++j) bt[j * (K + 3) + k] = B[k * ldb + j];
           detail::pack_bpanels(false, K, N, B.data(), ldb, panels.data(), w);
