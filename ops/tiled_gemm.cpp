@@ -155,6 +155,24 @@ void tiles_baseline(const TileRun& run) {
 #define XGRAD_ROUNDED(x) __asm__("" : "+v"(x))
 #define XGRAD_UNROLL _Pragma("GCC unroll 16")
 
+// The lanes m of one row's sums acc into C at c: alpha acc, + bias (beta 0) or + beta C, each
+// product rounded, then the sum; C is not read for beta 0.
+XGRAD_TARGET_AVX512 inline __attribute__((always_inline)) void store_c_avx512(__m512 acc, __mmask16 m, __m512 va,
+                                                                             float beta, __m512 vb, const __m512* bias,
+                                                                             float* c) {
+  __m512 y = _mm512_mul_ps(va, acc);
+  if (bias) {
+    XGRAD_ROUNDED(y);
+    y = _mm512_add_ps(y, *bias);
+  } else if (beta != 0.0f) {
+    __m512 z = _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m, c));
+    XGRAD_ROUNDED(y);
+    XGRAD_ROUNDED(z);
+    y = _mm512_add_ps(y, z);
+  }
+  _mm512_mask_storeu_ps(c, m, y);
+}
+
 // R rows x V vectors of 16 columns. Masked: some of the V vectors are partly past column cols.
 template <std::size_t R, std::size_t V, bool Masked>
 XGRAD_TARGET_AVX512 inline __attribute__((always_inline)) void tile_avx512_body(const TileArgs& t) {
@@ -191,19 +209,8 @@ XGRAD_TARGET_AVX512 inline __attribute__((always_inline)) void tile_avx512_body(
   XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {
     if (r >= t.rows) break;
     float* cr = t.c + r * t.ldc;
-    XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) {
-      __m512 y = _mm512_mul_ps(va, acc[r][v]);
-      if (t.bias) {
-        XGRAD_ROUNDED(y);
-        y = _mm512_add_ps(y, bias[v]);
-      } else if (t.beta != 0.0f) {
-        __m512 z = _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m[v], cr + 16 * v));
-        XGRAD_ROUNDED(y);
-        XGRAD_ROUNDED(z);
-        y = _mm512_add_ps(y, z);
-      }
-      _mm512_mask_storeu_ps(cr + 16 * v, m[v], y);
-    }
+    XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v)
+      store_c_avx512(acc[r][v], m[v], va, t.beta, vb, t.bias ? &bias[v] : nullptr, cr + 16 * v);
   }
 }
 template <std::size_t R, std::size_t V>
@@ -213,6 +220,33 @@ XGRAD_TARGET_AVX512 void tiles_avx512(const TileRun& run) {
     for (std::size_t i0 = run.first; i0 < run.end; i0 += R) tile_avx512_body<R, V, false>(tile_of<R>(run, i0, a));
   else
     for (std::size_t i0 = run.first; i0 < run.end; i0 += R) tile_avx512_body<R, V, true>(tile_of<R>(run, i0, a));
+}
+
+// A whole product of M <= R rows and N <= 16 columns in one pass over k, one register a row
+// (tiny_gemm_fits: attention heads of <= 16 keys and features, six 16 x 16 x 16 products a
+// head in the reverse model), without run_tiles' blocking and per-tile set-up. Each element is
+// the tiles' function: the fused multiply-adds in order of k from 0, then store_c_avx512.
+template <std::size_t R>
+XGRAD_TARGET_AVX512 void tiny_gemm_avx512(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha,
+                                          const float* A, std::size_t lda, const float* Bk, std::size_t ldb, float beta,
+                                          float* C, std::size_t ldc, const float* bias) {
+  const __mmask16 m = __mmask16((1u << N) - 1);  // lanes l < N
+  const std::size_t ra = trans_a ? 1 : lda, ka = trans_a ? lda : 1;  // a_ik = A[i * ra + k * ka]
+  const float* ar[R];
+  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) ar[r] = A + std::min(r, M - 1) * ra;  // rows past M - 1 repeat it
+  __m512 acc[R];
+  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const float* b = Bk;
+  for (std::size_t k = 0, at = 0; k < K; ++k, at += ka, b += ldb) {
+    const __m512 bk = _mm512_maskz_loadu_ps(m, b);
+    XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(ar[r][at]), bk, acc[r]);
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  const __m512 vbias = bias ? _mm512_maskz_loadu_ps(m, bias) : _mm512_setzero_ps();
+  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {
+    if (r >= M) break;
+    store_c_avx512(acc[r], m, va, beta, vb, bias ? &vbias : nullptr, C + r * ldc);
+  }
 }
 
 // 32-bit lane l of the 8 lanes at kLaneMask + 8 - n is all ones for l < n, zero after (0 <= n <= 8).
@@ -468,6 +502,20 @@ const Tilings& path_tilings() {
 const Tiling& tiling_for(const Tilings& t, std::size_t M, std::size_t N) {
   return M <= kSmallGemmMax ? t.small : N <= 16 ? t.narrow : t.large;
 }
+// Runs the product on tiny_gemm_avx512 when it fits (at most 16 rows and 16 columns, the
+// AVX-512 path) and says whether it did; Bk as rows, row stride ldb.
+bool tiny_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
+               std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc,
+               const float* bias) {
+#ifdef XGRAD_TILED_GEMM_X86
+  if (M == 0 || M > 16 || N == 0 || N > 16 || cpu_path() != CpuPath::Avx512) return false;
+  if (M <= 8) tiny_gemm_avx512<8>(trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias);
+  else tiny_gemm_avx512<16>(trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias);
+  return true;
+#else
+  return false;
+#endif
+}
 }  // namespace
 
 std::size_t bpanel_width() { return path_tilings().bpanel; }
@@ -476,6 +524,7 @@ void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float
                 std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc,
                 const float* bias) {
   if (M == 0 || N == 0) return;
+  if (tiny_gemm(trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias)) return;
   const Tilings& t = path_tilings();
   run_tiles(tiling_for(t, M, N), t.blocking, trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias);
 }
@@ -488,6 +537,7 @@ void tiled_gemm_bpanels(bool trans_a, std::size_t M, std::size_t N, std::size_t 
   const Tiling& tl = tiling_for(t, M, N);
   if (width == 0 || width % tl.cols != 0)
     throw std::logic_error("tiled_gemm_bpanels: the panel width is not a multiple of the tile width");
+  if (N <= width && tiny_gemm(trans_a, M, N, K, alpha, A, lda, Bp, width, beta, C, ldc, bias)) return;  // one panel: rows of width
   run_tiles(tl, t.blocking, trans_a, M, N, K, alpha, A, lda, Bp, 0, beta, C, ldc, bias, width);
 }
 
@@ -509,6 +559,7 @@ void small_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::s
                 const float* bias) {
   alignas(64) float panel[kSmallGemmMax * kSmallGemmMax];  // (K, N) = B^T for a transposed B
   if (trans_b) transpose(N, K, B, ldb, panel, N);
+  if (tiny_gemm(trans_a, M, N, K, alpha, A, lda, trans_b ? panel : B, trans_b ? N : ldb, beta, C, ldc, bias)) return;
   const Tilings& t = path_tilings();
   run_tiles(t.small, t.blocking, trans_a, M, N, K, alpha, A, lda, trans_b ? panel : B, trans_b ? N : ldb, beta,
             C, ldc, bias);

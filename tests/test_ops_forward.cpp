@@ -951,8 +951,10 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
   // packed in column panels
   // (kPackBRows rows or more), 3 column blocks (tiled with B as rows, under 256 rows; and the
   // same with K 200, tiled only under the wide routing, OpenBLAS otherwise), and 3 column
-  // blocks of B in column panels
-  const Case cases[] = {{64, 100, 70},    {13, 17, 5},      {9, 64, 33},     {70, 16, 64},
+  // blocks of B in column panels. At most 16 x 16 (the next five, and the 1 x N rows and M x 1
+  // columns computed alone below): one pass on the AVX-512 path (tiny_gemm), the same bits
+  const Case cases[] = {{16, 16, 16},     {12, 16, 7},      {16, 9, 64},     {5, 3, 200},    {8, 16, 1},
+                        {64, 100, 70},    {13, 17, 5},      {9, 64, 33},     {70, 16, 64},
                         {1, 1, 1},        {31, 29, 32},     {40, 50, 300},   {9, 33, 129},   {100, 40, 2100}, {260, 20, 2100},
                         {130, 40, 70},    {300, 40, 300},   {600, 120, 256}, {200, 1000, 128},
                         {130, 1000, 200}, {256, 1000, 100}};
