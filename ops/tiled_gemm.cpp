@@ -8,7 +8,8 @@
 // OpenBLAS spends ~3,000 instructions per call around them (argument checks, buffer set-up,
 // packing both operands into its panels), and the reverse model's training step makes 3,072
 // such calls (its attention heads: T = S = D = 16). With every dimension <= kSmallGemmMax the
-// product runs here (small_gemm) instead.
+// product runs here (small_gemm) instead; on the AVX-512 path one of at most 16 x 16 (any K)
+// runs in one pass over k, a register per row (tiny_gemm_avx512), without run_tiles' blocking.
 // Attention heads (ops/attention.cpp): 64 query rows against up to S keys with K = D (scores),
 // or against D columns with K = S (P V): OpenBLAS re-packs both operands on every call, ran
 // these at 57-88 GFLOP/s on an AVX-512 Xeon against 176 for one large product, and packing was
@@ -338,7 +339,8 @@ constexpr Blocking kBlocking_narrow{128, kPanelRows * 128}, kBlocking_wide_k{204
 // (fewer rows of a tail tile wasted), yet 8 accumulators (AVX-512 8 x 16, AVX2 4 x 16): with
 // K = 16 a tile is a chain of 16 dependent multiply-adds per accumulator, and 4 of them left
 // the FMA units idle half the time (the reverse model's six 16 x 16 x 16 head products,
-// BM_head_gemms: 612 ns with AVX-512 4 x 16 tiles, 519 with 8 x 16); large: as many
+// BM_head_gemms: 612 ns with AVX-512 4 x 16 tiles, 519 with 8 x 16, on a Zen 5; on AVX-512 these
+// now run tiny_gemm_avx512, 16 chains at once); large: as many
 // accumulators as the registers hold (AVX-512 8 x 32: 16 of 32 zmm; AVX2 6 x 16: 12 of 16
 // ymm); narrow: the same for N <= 16. bpanel: the path's column-panel width (bpanel_width), its
 // widest tile's W, so that a tile's column block of op(B) is one contiguous stretch (AVX2's
