@@ -159,7 +159,8 @@ constexpr std::size_t kPackBRows = 256;
 // AVX-512 path, -3% to +7% on the AVX2 one (one call, 1 thread; docs/PERFORMANCE_HISTORY.md,
 // eighth round). A transposed A (the weight gradients: read in place, its k-th values lie a row
 // of A apart) stays on BLAS, whose packing wins there (on the AVX2 path too, with A packed into
-// the tiles' layout: 0.95-1.0x OpenBLAS's speed at the MHA's dW shapes, nineteenth round).
+// the tiles' layout: 0.95-1.0x OpenBLAS's speed at the MHA's dW shapes, nineteenth round), but
+// with a small C (below).
 // On the AVX2 path products of kPackBRows rows or more also run here at any K, op(B) in column
 // panels and k in one pass (tiled_gemm.cpp's blocking): 5-10% faster than OpenBLAS (1 thread,
 // Zen 3, M 256-1,024, N 256-2,048, K 200-2,048, both B layouts; nineteenth round), as long as
@@ -173,12 +174,16 @@ constexpr std::size_t kPackBRows = 256;
 // here then but a transposed B under 128 rows, and but those whose scratch would be large: N
 // over 8,192 columns (the k-chunk sums of a 256-row panel: 256 N floats, <= 8 MiB), or a
 // transposed B of over 2^22 elements (its packed copy: <= 16 MiB), such as a vocabulary head.
-// On the AVX-512 path beside OpenBLAS's own AVX-512 kernels, a transposed A with a small C
+// On the AVX-512 and AVX2 paths beside OpenBLAS's own kernels, a transposed A with a small C
 // (M N <= 16,384, B not transposed: the reverse model's weight gradients, 64-192 x 64-128 over
 // 270-540 positions) runs here as well: 1.1-1.3x faster than the Cooperlake and SkylakeX
 // kernels, which pack both operands first; from 192 x 192 up they are faster (their time
 // 0.76-0.96x the tiles') (Xeon family 6 model 207, 1 thread, interleaved; PERFORMANCE_HISTORY.md,
-// twentieth round).
+// twentieth round). On the AVX2 path beside OpenBLAS's Haswell (Zen) kernels the same: the tiles
+// 1.09-1.23x faster at 64-128 x 64-128 over 1,024 positions and 192 x 64 over 600, 0.93x at
+// 192 x 64 over 1,024; the whole step 0.6-1.9% faster (paired in one process; Xeon model 207
+// on its AVX2 path, twenty-third round; not measured on an AMD CPU). With the same routing on
+// both paths these products have the same bits on AVX2 and AVX-512 CPUs.
 bool own_kernels_wider_than_blas();
 inline bool tiled_gemm_fits(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K) {
   if (own_kernels_wider_than_blas())
@@ -186,7 +191,7 @@ inline bool tiled_gemm_fits(bool trans_a, bool trans_b, std::size_t M, std::size
   if (!trans_a && M >= kPackBRows && N <= 8192 && N * K <= std::min(M << 12, std::size_t(1) << 22) &&
       cpu_path() == CpuPath::Avx2)
     return true;
-  if (trans_a && !trans_b && M * N <= 16384 && cpu_path() == CpuPath::Avx512) return true;
+  if (trans_a && !trans_b && M * N <= 16384 && cpu_path() != CpuPath::Baseline) return true;
   return !trans_a && (K <= 128 || (K <= 256 && N < 256)) && N <= 1024 && (!trans_b || M >= 128) &&
          M * N * K <= (std::size_t(1) << 25);
 }
