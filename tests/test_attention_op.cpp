@@ -3,6 +3,8 @@
 // random upstream gradient), over masks, causal row blocks, packed qkv and threads.
 // Gradchecks and gradgradchecks of the op itself run in the registry suite.
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "helpers.hpp"
@@ -341,6 +343,68 @@ BOOST_AUTO_TEST_CASE(float32_attention_is_the_same_bits_on_the_avx2_and_avx512_p
       ++compared;
     }
   BOOST_TEST(compared == 38u);
+}
+
+// Rows of at most 16 keys run their own kernels on the AVX-512 path (one register a row;
+// ops/attention.cpp) and the head products their own (tiny_gemm_avx512), rows and products of
+// more the generic ones. Both give the same bits, on every CPU path: c keys against the same c
+// keys followed by 17 - c masked ones (a bool mask, or -inf in an additive one; then the rows
+// have 17 keys and take the generic kernels, and the masked keys add exact zeros). Output and
+// the input gradients (dk, dv: their first c key rows), without a mask and with an additive one.
+// (A reference that holds whatever path runs which kernels: with the AVX-512 short rows'
+// sums reversed, 16 of its 73 assertions fail, the avx512 ones.)
+BOOST_AUTO_TEST_CASE(float32_short_rows_are_the_same_bits_as_the_generic_kernels) {
+  const CpuPath before = cpu_path();
+  Rng rng(29);
+  constexpr std::size_t B = 2, T = 20, H = 2, D = 8, L = 17;  // T: a group of 16 query rows and a partial one
+  std::size_t compared = 0;
+  for (CpuPath path : supported_cpu_paths())
+    for (std::size_t c : {1, 5, 16})
+      for (bool additive : {false, true}) {
+        set_cpu_path(path);
+        const Case cs{B, T, c, H, D, D};
+        Inputs in = random_inputs(cs, rng, DType::Float32);
+        Tensor k_tail = randn({B, L - c, H * D}, rng, DType::Float32), v_tail = randn({B, L - c, H * D}, rng, DType::Float32);
+        Tensor k_long = concat({in.k.detach(), k_tail}, 1), v_long = concat({in.v.detach(), v_tail}, 1);
+        k_long.set_requires_grad(true), v_long.set_requires_grad(true);
+        AttentionMasks short_mask, long_mask;
+        std::vector<bool> hide(T * L);
+        for (std::size_t i = 0; i < T * L; ++i) hide[i] = i % L >= c;
+        if (additive) {
+          Tensor add = randn({T, c}, rng, DType::Float32);
+          const std::vector<double> narrow_add = add.to_vector();
+          std::vector<double> wide(T * L, -std::numeric_limits<double>::infinity());
+          for (std::size_t t = 0; t < T; ++t)
+            for (std::size_t j = 0; j < c; ++j) wide[t * L + j] = narrow_add[t * c + j];
+          short_mask.float_mask = add;
+          long_mask.float_mask = tensor(wide, {T, L}, DType::Float32);
+        } else {
+          long_mask.mask = bool_tensor(hide, {T, L});
+        }
+        Tensor out_s = attention(in.q, in.k, in.v, H, short_mask);
+        Tensor out_l = attention(in.q, k_long, v_long, H, long_mask);
+        auto gs = grad({out_s}, {in.q, in.k, in.v}, {in.g});
+        auto gl = grad({out_l}, {in.q, k_long, v_long}, {in.g});
+        const auto bits = [](const Tensor& t) {  // float32 values widen exactly: their bits, signed zeros included
+          std::vector<std::uint32_t> b;
+          for (double x : t.to_vector()) {
+            const float f = float(x);
+            std::uint32_t u;
+            std::memcpy(&u, &f, sizeof u);
+            b.push_back(u);
+          }
+          return b;
+        };
+        BOOST_TEST_CONTEXT(cpu_path_name(path) << " keys " << c << (additive ? " additive mask" : " no mask")) {
+          BOOST_TEST((bits(out_s) == bits(out_l)));
+          BOOST_TEST((bits(gs[0]) == bits(gl[0])));
+          BOOST_TEST((bits(gs[1]) == bits(narrow(gl[1], 1, 0, c))));
+          BOOST_TEST((bits(gs[2]) == bits(narrow(gl[2], 1, 0, c))));
+        }
+        ++compared;
+      }
+  set_cpu_path(before);
+  BOOST_TEST(compared == 6 * supported_cpu_paths().size());
 }
 
 BOOST_AUTO_TEST_CASE(fully_masked_rows_give_zero_output_and_zero_finite_gradients) {
