@@ -286,7 +286,7 @@ XGRAD_FASTMATH_INLINE std::size_t visible_keys(const MaskView<T>& m, std::size_t
 // exactly, so the max, the lane sums and the probabilities are those of the n keys): whole
 // vectors on the AVX2 and AVX-512 paths instead of a scalar loop for rows shorter than 16
 // keys (padded batches, the first rows of a causal block). A row's storage (row stride ldx)
-// holds padded(c) elements: ldx is panel_stride(c) or panel_stride(S).
+// holds padded(c) elements: ldx is prob_stride(c) or panel_stride(S).
 constexpr std::size_t padded(std::size_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
 // Query rows [r0, r1) of head (b, h), row i at X + (i - r0) * c: on entry the scaled scores of
@@ -535,6 +535,11 @@ void head_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, T alph
 }
 
 using detail::panel_stride;
+// Row stride of a row block's probabilities over c keys (and of its dP, dS): panel_stride(c),
+// or for c <= 16 (a row's padded(c) = 16 elements) 16: the rows back to back, where
+// panel_stride's extra 16 doubled the memory the short rows' probabilities take (the reverse
+// model: 512 KiB a layer instead of 256) and what the forward writes and the backward reads.
+constexpr std::size_t prob_stride(std::size_t c) { return c <= 16 ? 16 : panel_stride(c); }
 
 // Rows [0, n) of x (width elements each, row stride ldx) into panel, row stride ld: as they
 // are, (n, width); or transposed, (width, n) (dK^T, dV^T back into dK, dV; float64's K^T, V^T).
@@ -614,7 +619,7 @@ std::size_t block_keys(const Dims& d, const MaskView<T>& m, std::size_t b, std::
 }
 
 // Where the forward keeps the probabilities for the backward: each computed row block's (r, c)
-// probabilities, row stride panel_stride(c), back to back by (b, h) and then row block, so the
+// probabilities, row stride prob_stride(c), back to back by (b, h) and then row block, so the
 // keys no block computes (the causal future, padding) take no memory (large's causal
 // (4, 8, 512, 512): 19.9 MB where (B, H, T, S) rows take 34.6). Every head of batch b has the
 // same blocks, head_elems[b] elements.
@@ -630,7 +635,7 @@ KeptLayout kept_layout(const Dims& d, const MaskView<T>& m) {
     std::size_t elems = 0;
     for (std::size_t r0 = 0, t_end = query_end(d, m, b); r0 < t_end; r0 += kRowBlock) {
       const std::size_t r1 = std::min(t_end, r0 + kRowBlock);
-      elems += (r1 - r0) * panel_stride(block_keys(d, m, b, r1));
+      elems += (r1 - r0) * prob_stride(block_keys(d, m, b, r1));
     }
     l.batch_first.push_back(l.total), l.head_elems.push_back(elems);
     l.total += d.H * elems;
@@ -640,7 +645,7 @@ KeptLayout kept_layout(const Dims& d, const MaskView<T>& m) {
 
 // out (B, T, H*Dv) and the row statistics stats (B, H, T, 2) = (max, 1 / sum) of every
 // query's softmax (skipped padding queries: out 0, set_nothing_visible). A row block's
-// probabilities (r, c), row stride panel_stride(c), are computed in place: in `saved` (laid
+// probabilities (r, c), row stride prob_stride(c), are computed in place: in `saved` (laid
 // out as `kept` says) when it is given, else in a (kRowBlock, S) scratch. The GEMMs and the
 // softmax do the same operations either way, so the bits do not depend on where they are kept.
 template <class T>
@@ -667,7 +672,7 @@ void forward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const 
       T* P = saved ? saved + kept.head(b, h) : scratch.get();  // the row block's
       for (std::size_t r0 = 0; r0 < t_end; r0 += kRowBlock) {
         const std::size_t r1 = std::min(t_end, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, b, r1);
-        const std::size_t ldp = panel_stride(c);
+        const std::size_t ldp = prob_stride(c);
         const auto [qp, ldqp] = head_rows(q, b, h, r0, r, qb.get(), ldq);
         keys_gemm<T>(r, c, d.D, scale, qp, ldqp, kt.get(), ldk, width, P, ldp);
         softmax_rows(P, ldp, r0, r1, c, d.S, b, h, m, stats + 2 * (bh * d.T + r0));
@@ -687,7 +692,7 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
                      HeadView<const T> dout, HeadView<T> dq, HeadView<T> dk, HeadView<T> dv) {
   parallel_for(d.B * d.H, 3 * head_cost(d), [&](std::size_t begin, std::size_t end) {
     const std::size_t scratch = std::min(kRowBlock, d.T) * panel_stride(d.S);
-    // (r, c), row stride panel_stride(c); uninitialised (every GEMM here writes all of its C with beta 0)
+    // (r, c), row stride prob_stride(c); uninitialised (every GEMM here writes all of its C with beta 0)
     const auto P = detail::aligned_buffer<T>(saved ? 0 : scratch), dP = detail::aligned_buffer<T>(scratch);
     // K^T (D, c_all), V^T (Dv, c_all) (pack_keys_transposed), K (c_all, D), packed
     const std::size_t ldt = panel_stride(d.S), ldk = panel_stride(d.D), width = detail::bpanel_width();
@@ -725,7 +730,7 @@ void backward_kernel(const Dims& d, T scale, HeadView<const T> q, HeadView<const
         const std::size_t r1 = std::min(t_end, r0 + kRowBlock), r = r1 - r0, c = block_keys(d, m, b, r1);
         const T beta = r1 == t_end ? T(0) : T(1);
         const auto [dO, lddo] = head_rows(dout, b, h, r0, r, dob.get(), ldv);
-        const std::size_t ldp = panel_stride(c), ldg = ldp;
+        const std::size_t ldp = prob_stride(c), ldg = ldp;
         const T* Pr = saved ? (kept_end -= r * ldp) : P.get();
         const auto [qp, ldqp] = !saved || dk.base ? head_rows(q, b, h, r0, r, qb.get(), ldk)
                                                   : std::pair<const T*, std::size_t>{};
