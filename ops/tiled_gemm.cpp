@@ -224,7 +224,7 @@ XGRAD_TARGET_AVX512 void tiles_avx512(const TileRun& run) {
 }
 
 // A whole product of M <= R rows and N <= 16 columns in one pass over k, one register a row
-// (tiny_gemm_fits: attention heads of <= 16 keys and features, six 16 x 16 x 16 products a
+// (tiny_gemm below: attention heads of <= 16 keys and features, six 16 x 16 x 16 products a
 // head in the reverse model), without run_tiles' blocking and per-tile set-up. Each element is
 // the tiles' function: the fused multiply-adds in order of k from 0, then store_c_avx512.
 template <std::size_t R>
