@@ -224,8 +224,8 @@ XGRAD_TARGET_AVX512 void tiles_avx512(const TileRun& run) {
 }
 
 // A whole product of M <= R rows and N <= 16 columns in one pass over k, one register a row
-// (tiny_gemm below: attention heads of <= 16 keys and features, six 16 x 16 x 16 products a
-// head in the reverse model), without run_tiles' blocking and per-tile set-up. Each element is
+// (run_tiles starts with it, via tiny_gemm: attention heads of <= 16 keys and features, six
+// 16 x 16 x 16 products a head in the reverse model), without the blocking and per-tile set-up. Each element is
 // the tiles' function: the fused multiply-adds in order of k from 0, then store_c_avx512.
 template <std::size_t R>
 XGRAD_TARGET_AVX512 void tiny_gemm_avx512(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha,
@@ -363,6 +363,22 @@ const Tilings kTilings_avx2{{tiles_avx2<4, 2>, 4, 16},
 const Tilings kTilings_baseline{{tiles_baseline<4, 16>, 4, 16}, {tiles_baseline<4, 16>, 4, 16},
                                 {tiles_baseline<4, 16>, 4, 16}, kBlocking_narrow, 16};
 
+// Runs the product on tiny_gemm_avx512 when it fits (at most 16 rows and 16 columns, the
+// AVX-512 path) and says whether it did; Bk as rows, row stride ldb. run_tiles' first step, so
+// every entry point (tiled_gemm, tiled_gemm_bpanels, small_gemm) takes it.
+bool tiny_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
+               std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc,
+               const float* bias) {
+#ifdef XGRAD_TILED_GEMM_X86
+  if (M == 0 || M > 16 || N == 0 || N > 16 || cpu_path() != CpuPath::Avx512) return false;
+  if (M <= 8) tiny_gemm_avx512<8>(trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias);
+  else tiny_gemm_avx512<16>(trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias);
+  return true;
+#else
+  return false;
+#endif
+}
+
 // Column blocks outer within a panel: a block's W columns of Bk stay in L1 while every row
 // tile reads them.
 // Bk as rows (bpanel 0: row k at Bk + k * ldb) or in column panels of bpanel columns (a
@@ -373,6 +389,8 @@ const Tilings kTilings_baseline{{tiles_baseline<4, 16>, 4, 16}, {tiles_baseline<
 void run_tiles(const Tiling& tl, const Blocking& bl, bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha,
                const float* A, std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C,
                std::size_t ldc, const float* bias, std::size_t bpanel = 0) {
+  // N <= 16 <= bpanel: op(B) is one panel, rows bpanel apart
+  if (tiny_gemm(trans_a, M, N, K, alpha, A, lda, Bk, bpanel ? bpanel : ldb, beta, C, ldc, bias)) return;
   const std::size_t R = tl.rows, W = tl.cols;
   const std::size_t ra = trans_a ? 1 : lda, ka = trans_a ? lda : 1;  // a_ik = A[i * ra + k * ka]
   const bool chunked = K > bl.chunk;
@@ -504,20 +522,6 @@ const Tilings& path_tilings() {
 const Tiling& tiling_for(const Tilings& t, std::size_t M, std::size_t N) {
   return M <= kSmallGemmMax ? t.small : N <= 16 ? t.narrow : t.large;
 }
-// Runs the product on tiny_gemm_avx512 when it fits (at most 16 rows and 16 columns, the
-// AVX-512 path) and says whether it did; Bk as rows, row stride ldb.
-bool tiny_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
-               std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc,
-               const float* bias) {
-#ifdef XGRAD_TILED_GEMM_X86
-  if (M == 0 || M > 16 || N == 0 || N > 16 || cpu_path() != CpuPath::Avx512) return false;
-  if (M <= 8) tiny_gemm_avx512<8>(trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias);
-  else tiny_gemm_avx512<16>(trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias);
-  return true;
-#else
-  return false;
-#endif
-}
 }  // namespace
 
 std::size_t bpanel_width() { return path_tilings().bpanel; }
@@ -526,7 +530,6 @@ void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float
                 std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc,
                 const float* bias) {
   if (M == 0 || N == 0) return;
-  if (tiny_gemm(trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias)) return;
   const Tilings& t = path_tilings();
   run_tiles(tiling_for(t, M, N), t.blocking, trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias);
 }
@@ -539,7 +542,6 @@ void tiled_gemm_bpanels(bool trans_a, std::size_t M, std::size_t N, std::size_t 
   const Tiling& tl = tiling_for(t, M, N);
   if (width == 0 || width % tl.cols != 0)
     throw std::logic_error("tiled_gemm_bpanels: the panel width is not a multiple of the tile width");
-  if (N <= width && tiny_gemm(trans_a, M, N, K, alpha, A, lda, Bp, width, beta, C, ldc, bias)) return;  // one panel: rows of width
   run_tiles(tl, t.blocking, trans_a, M, N, K, alpha, A, lda, Bp, 0, beta, C, ldc, bias, width);
 }
 
@@ -561,7 +563,6 @@ void small_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::s
                 const float* bias) {
   alignas(64) float panel[kSmallGemmMax * kSmallGemmMax];  // (K, N) = B^T for a transposed B
   if (trans_b) transpose(N, K, B, ldb, panel, N);
-  if (tiny_gemm(trans_a, M, N, K, alpha, A, lda, trans_b ? panel : B, trans_b ? N : ldb, beta, C, ldc, bias)) return;
   const Tilings& t = path_tilings();
   run_tiles(t.small, t.blocking, trans_a, M, N, K, alpha, A, lda, trans_b ? panel : B, trans_b ? N : ldb, beta,
             C, ldc, bias);
