@@ -2,12 +2,22 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "xgrad/framework/parallel.hpp"
 #include "xgrad/framework/runtime.hpp"
 #include "xgrad/ops/detail.hpp"
+#include "xgrad/ops/isa.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define XGRAD_GEMM_X86 1
+#endif
 
 namespace xgrad::detail {
 
@@ -48,6 +58,136 @@ constexpr std::size_t kMinBlockWork = std::size_t(1) << 23;  // ~60 us on one co
 constexpr std::size_t kMinBlock = 256;
 constexpr std::size_t kMaxBlocks = 4;
 constexpr std::size_t kBlockAlign = 16;  // block lengths: multiples of the kernels' unrolling
+
+// --- Rows of exact zeros ---------------------------------------------------------------------
+// A loss that ignores positions (cross_entropy's ignore_index, padding) gives gradients whose
+// rows there are exact zeros, and so does every gradient propagated back from them
+// row by row: in dX = dY W (A = dY) such a row of A gives a row of C that is alpha * 0, and in
+// dW = dY^T X (sum_outer: A = dY transposed) such a row of the stored A adds an exact +-0 to
+// every sum. float32 products of kSkipMinWork multiply-adds or more, at least 1/kSkipFraction
+// of whose rows are zero, run the other rows only (gathered into scratch), provided every
+// value of the other operand that the zero rows would have met is finite: 0 * inf and 0 * NaN
+// are NaN, so with an inf or NaN there the whole product runs and they propagate as in it.
+// Results: where the full and the reduced product both run xgrad's kernels (small_gemm,
+// tiled_gemm_fits; each element the same fused chain over k, whatever the other rows), a kept
+// row of C is the full product's bit for bit, and a sum without its +-0 terms differs from the
+// full one at most in the sign of a zero result (-0 from an underflow that a +0 term would
+// have made +0); where either runs OpenBLAS (large products), a row's last bits depend on where
+// it falls in the product and the k blocking on K, so they may differ from the full product's
+// within float32 rounding. Either way they depend on the data only, never on the thread count.
+constexpr std::size_t kSkipMinWork = std::size_t(1) << 18, kSkipFraction = 8;
+
+// Row scans, on the floats' bits: +-0 is 0 without the sign bit, inf and NaN have every
+// exponent bit set. 16 (AVX-512) or 8 (AVX2) floats a compare; a row stops at its first hit.
+constexpr std::uint32_t kMagnitude = 0x7fffffffu, kExponent = 0x7f800000u;
+std::uint64_t bits2(const float* p) {
+  std::uint64_t w;
+  std::memcpy(&w, p, sizeof w);
+  return w;
+}
+std::uint32_t bits1(const float* p) {
+  std::uint32_t w;
+  std::memcpy(&w, p, sizeof w);
+  return w;
+}
+bool zero_row_baseline(const float* p, std::size_t n) {
+  std::size_t j = 0;
+  for (; j + 2 <= n; j += 2)
+    if (bits2(p + j) & 0x7fffffff7fffffffull) return false;
+  return j == n || !(bits1(p + j) & kMagnitude);
+}
+bool finite_row_baseline(const float* p, std::size_t n) {
+  for (std::size_t j = 0; j < n; ++j)
+    if ((bits1(p + j) & kExponent) == kExponent) return false;
+  return true;
+}
+#ifdef XGRAD_GEMM_X86
+XGRAD_TARGET_AVX512 bool zero_row_avx512(const float* p, std::size_t n) {
+  const __m512i mag = _mm512_set1_epi32(int(kMagnitude));
+  std::size_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    if (_mm512_test_epi32_mask(_mm512_loadu_si512(p + j), mag)) return false;
+  const __mmask16 t = __mmask16((1u << (n - j)) - 1);
+  return !_mm512_mask_test_epi32_mask(t, _mm512_maskz_loadu_epi32(t, p + j), mag);
+}
+XGRAD_TARGET_AVX512 bool finite_row_avx512(const float* p, std::size_t n) {
+  const __m512i e = _mm512_set1_epi32(int(kExponent));
+  std::size_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    if (_mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_loadu_si512(p + j), e), e)) return false;
+  const __mmask16 t = __mmask16((1u << (n - j)) - 1);
+  return !_mm512_mask_cmpeq_epi32_mask(t, _mm512_and_si512(_mm512_maskz_loadu_epi32(t, p + j), e), e);
+}
+XGRAD_TARGET_AVX2 bool zero_row_avx2(const float* p, std::size_t n) {
+  const __m256i mag = _mm256_set1_epi32(int(kMagnitude));
+  std::size_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    if (!_mm256_testz_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j)), mag)) return false;
+  return zero_row_baseline(p + j, n - j);
+}
+XGRAD_TARGET_AVX2 bool finite_row_avx2(const float* p, std::size_t n) {
+  const __m256i e = _mm256_set1_epi32(int(kExponent));
+  std::size_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256i v = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j)), e);
+    if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(v, e))) return false;
+  }
+  return finite_row_baseline(p + j, n - j);
+}
+#endif
+using RowTest = bool (*)(const float*, std::size_t);
+// kept = the indices of the rows of R x n (row stride ld) that are not all zero; false when
+// fewer than R / kSkipFraction rows are zero: nothing worth skipping.
+bool nonzero_rows(const float* p, std::size_t R, std::size_t n, std::size_t ld, std::vector<std::size_t>& kept) {
+  const RowTest zero_row = XGRAD_ISA_SELECT(zero_row);
+  kept.reserve(R);
+  for (std::size_t r = 0; r < R; ++r)
+    if (!zero_row(p + r * ld, n)) kept.push_back(r);
+  const std::size_t zeros = R - kept.size();
+  return zeros != 0 && zeros * kSkipFraction >= R;
+}
+void gather_rows(const float* p, std::size_t ld, const std::vector<std::size_t>& rows, std::size_t n, float* dst) {
+  for (std::size_t i = 0; i < rows.size(); ++i) std::copy_n(p + rows[i] * ld, n, dst + i * n);
+}
+
+// gemm<float> without A's zero rows, when it pays (see above); false: run the whole product.
+bool gemm_skipping_zero_rows(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha,
+                             const float* A, std::size_t lda, const float* B, std::size_t ldb, float beta, float* C,
+                             std::size_t ldc, const float* bias) {
+  if (M * N * K < kSkipMinWork) return false;
+  const RowTest finite_row = XGRAD_ISA_SELECT(finite_row);
+  if (!trans_a) {  // rows of op(A) = rows of C; C's other rows: alpha * 0 (beta 0, no bias only)
+    if (beta != 0.0f || bias) return false;
+    std::vector<std::size_t> kept;
+    if (!nonzero_rows(A, M, K, lda, kept)) return false;
+    for (std::size_t r = 0; r < (trans_b ? N : K); ++r)  // op(B) meets every zero row whole
+      if (!finite_row(B + r * ldb, trans_b ? K : N)) return false;
+    const std::size_t m = kept.size();
+    auto a = aligned_buffer<float>(m * K), c = aligned_buffer<float>(m * N);
+    gather_rows(A, lda, kept, K, a.get());
+    if (m) gemm<float>(false, trans_b, m, N, K, alpha, a.get(), K, B, ldb, 0.0f, c.get(), N, nullptr);
+    for (std::size_t i = 0, next = 0; i < M; ++i) {
+      float* ci = C + i * ldc;
+      if (next < m && kept[next] == i) std::copy_n(c.get() + next++ * N, N, ci);
+      else std::fill_n(ci, N, alpha * 0.0f);
+    }
+    return true;
+  }
+  if (trans_b) return false;
+  // op(A) = A^T: row k of the stored A (M values) meets row k of B (N values) only
+  std::vector<std::size_t> kept;
+  if (!nonzero_rows(A, K, M, lda, kept) || kept.empty()) return false;  // all zero: the full product's alpha * 0
+  for (std::size_t k = 0, next = 0; k < K; ++k) {
+    if (next < kept.size() && kept[next] == k) ++next;
+    else if (!finite_row(B + k * ldb, N)) return false;
+  }
+  const std::size_t k2 = kept.size();
+  auto a = aligned_buffer<float>(k2 * M), b = aligned_buffer<float>(k2 * N);
+  gather_rows(A, lda, kept, M, a.get());
+  gather_rows(B, ldb, kept, N, b.get());
+  gemm<float>(true, false, M, N, k2, alpha, a.get(), M, b.get(), N, beta, C, ldc, bias);
+  return true;
+}
 }  // namespace
 
 template <class T>
@@ -57,9 +197,11 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
   if (M == 0 || N == 0) return;
   if (K == 0) return empty_sum_gemm(M, N, beta, C, ldc, bias);
   blas_single_thread();  // also before the small path: any xgrad GEMM leaves OpenBLAS single-threaded (documented)
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
     if (small_gemm_fits(M, N, K))
       return small_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+    if (gemm_skipping_zero_rows(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias)) return;
+  }
   // Mid-sized float32 products run xgrad's own micro-kernels (tiled_gemm), op(B) as rows: B
   // itself, or B^T packed once here; or, kPackBRows rows or more (gemm_packs_bpanels), op(B)
   // packed once into column panels (tiled_gemm_bpanels). Their results do not depend on the

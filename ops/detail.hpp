@@ -53,7 +53,9 @@ std::vector<std::size_t> contiguous_strides(const Shape& shape);
 // C (M x N, row stride ldc) = alpha op(A) op(B) + beta C on cblas_{s,d}gemm, row-major;
 // op(A): M x K with A's row stride lda, op(B): K x N with row stride ldb. Strided operands
 // (a head's columns inside a (B, L, H*D) tensor) are passed through lda/ldb/ldc, not copied.
-// K == 0 gives C = beta C; beta == 0 never reads C.
+// K == 0 gives C = beta C; beta == 0 never reads C. float32 products with many rows of exact
+// zeros in A as stored (a gradient at positions a loss ignores) run without them (ops/detail.cpp,
+// "Rows of exact zeros"; inf and NaN in the other operand still propagate).
 // OpenBLAS must run single-threaded under xgrad (runtime.hpp): a multi-threaded GEMM cuts the
 // product by its thread count, which changes results. Cheap enough to call before every GEMM;
 // does nothing with a BLAS that is not OpenBLAS (defined in framework/runtime.cpp).

@@ -1056,6 +1056,106 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
   set_cpu_path(before);
 }
 
+// gemm<float> skips rows of exact zeros in A as stored (ops/detail.cpp, "Rows of exact zeros"):
+// op(A)'s zero rows (dX = dY W, B as rows or transposed) and, A transposed, its zero k rows
+// (dW = dY^T X). Zero rows as a padded batch leaves them (rows 16 s + t, t past a length of
+// 1..16), one of them -0. On every CPU path, against tiled_gemm on the same operands (which
+// never skips): where both the full and the reduced product run xgrad's kernels, C is the full
+// product's bit for bit, else within the float32 bound; a skipped row of C is alpha * 0 (-0 for
+// a negative alpha), C outside its block untouched; an inf in B where a zero row meets it
+// gives the full product's NaNs; and the same bits at 1 and 2 threads.
+BOOST_AUTO_TEST_CASE(float32_gemm_skips_rows_of_zeros_with_the_full_products_results) {
+  const CpuPath before = cpu_path();
+  const int threads_before = num_threads();
+  constexpr float kSentinel = 1234.5f;
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    bool ta, tb;
+    std::size_t M, N, K;
+  };
+  // the reverse model's linear layers' input and weight gradients, its 11-column output
+  // layer, and two that OpenBLAS runs on most paths (K 300; a 512 x 512 weight gradient)
+  const Case cases[] = {{false, false, 1024, 64, 192}, {false, false, 1024, 192, 64}, {false, true, 1024, 11, 64},
+                        {false, true, 300, 64, 96},    {true, false, 192, 64, 1024},  {true, false, 11, 64, 1024},
+                        {true, false, 64, 128, 600},   {false, false, 600, 300, 300}, {true, false, 512, 512, 700}};
+  const auto padded = [](std::size_t r) { return r % 16 >= 1 + (r / 16 * 7) % 16; };
+  const auto same = [](float x, float y) { return std::memcmp(&x, &y, sizeof x) == 0 || (std::isnan(x) && std::isnan(y)); };
+  for (CpuPath path : supported_cpu_paths()) {
+    set_cpu_path(path);
+    for (const Case& cs : cases) {
+      const std::size_t M = cs.M, N = cs.N, K = cs.K;
+      const std::size_t stored_rows = cs.ta ? K : M, stored_cols = cs.ta ? M : K;  // A as stored
+      const std::size_t lda = stored_cols + 3, ldb = (cs.tb ? K : N) + 5, ldc = N + 7;
+      const Vec av = round32(vals(stored_rows * lda, 51)), bv = round32(vals((cs.tb ? N : K) * ldb, 52));
+      std::vector<float> A(av.begin(), av.end()), B(bv.begin(), bv.end());
+      std::size_t zeros = 0;
+      for (std::size_t r = 0; r < stored_rows; ++r)
+        if (padded(r)) {
+          ++zeros;
+          std::fill_n(A.data() + r * lda, stored_cols, r == 17 ? -0.0f : 0.0f);
+        }
+      // op(B) as rows for tiled_gemm
+      std::vector<float> Bk(K * N);
+      for (std::size_t k = 0; k < K; ++k)
+        for (std::size_t j = 0; j < N; ++j) Bk[k * N + j] = cs.tb ? B[j * ldb + k] : B[k * ldb + j];
+      const std::size_t kept = stored_rows - zeros;
+      const bool bits = (cs.ta ? detail::tiled_gemm_fits(true, false, M, N, K) && detail::tiled_gemm_fits(true, false, M, N, kept)
+                               : detail::tiled_gemm_fits(false, cs.tb, M, N, K) && detail::tiled_gemm_fits(false, cs.tb, kept, N, K)) ||
+                        (M <= detail::kSmallGemmMax && N <= detail::kSmallGemmMax);
+      BOOST_TEST_CONTEXT(cpu_path_name(path) << " ta " << cs.ta << " tb " << cs.tb << " M " << M << " N " << N << " K " << K
+                                             << (bits ? " (xgrad's kernels)" : " (OpenBLAS)")) {
+        BOOST_TEST(zeros * 8 >= stored_rows);  // enough to be skipped
+        for (float alpha : {0.5f, -0.5f}) {
+          std::vector<float> got((M + 2) * ldc, kSentinel), ref(M * N);
+          set_num_threads(1);
+          detail::gemm<float>(cs.ta, cs.tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0f, got.data(), ldc);
+          detail::tiled_gemm(cs.ta, M, N, K, alpha, A.data(), lda, Bk.data(), N, 0.0f, ref.data(), N);
+          std::vector<float> two((M + 2) * ldc, kSentinel);
+          set_num_threads(2);
+          detail::gemm<float>(cs.ta, cs.tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0f, two.data(), ldc);
+          BOOST_TEST((std::memcmp(got.data(), two.data(), got.size() * sizeof(float)) == 0));
+          std::size_t outside = 0, differ = 0, zero_rows_wrong = 0;
+          std::vector<float> block(M * N);
+          for (std::size_t i = 0; i < M + 2; ++i)
+            for (std::size_t j = 0; j < ldc; ++j) {
+              const float y = got[i * ldc + j];
+              if (i >= M || j >= N) {
+                outside += y != kSentinel;
+                continue;
+              }
+              block[i * N + j] = y;
+              differ += !same(y, ref[i * N + j]);
+              if (!cs.ta && padded(i)) zero_rows_wrong += !same(y, alpha * 0.0f);
+            }
+          BOOST_TEST(outside == 0u);
+          BOOST_TEST(zero_rows_wrong == 0u);
+          if (bits) BOOST_TEST(differ == 0u);
+          if (alpha == 0.5f) BOOST_TEST(half_product_within_bound(A, lda, cs.ta, B, ldb, cs.tb, M, N, K, block));
+        }
+        // an inf in op(B) row 3 (column 2) meets the zero rows (A not transposed: every row of
+        // op(B) does; transposed: row 3 of A as stored is one of the zero rows)
+        BOOST_TEST(padded(3));
+        std::vector<float> Binf = B, Bkinf = Bk;
+        (cs.tb ? Binf[2 * ldb + 3] : Binf[3 * ldb + 2]) = inf;
+        Bkinf[3 * N + 2] = inf;
+        std::vector<float> got(M * N), ref(M * N);
+        set_num_threads(1);
+        detail::gemm<float>(cs.ta, cs.tb, M, N, K, 0.5f, A.data(), lda, Binf.data(), ldb, 0.0f, got.data(), N);
+        detail::tiled_gemm(cs.ta, M, N, K, 0.5f, A.data(), lda, Bkinf.data(), N, 0.0f, ref.data(), N);
+        std::size_t nans = 0, nan_differ = 0;
+        for (std::size_t i = 0; i < M * N; ++i) {
+          nans += std::isnan(ref[i]);
+          nan_differ += std::isnan(got[i]) != std::isnan(ref[i]);
+        }
+        BOOST_TEST(nans > 0u);
+        BOOST_TEST(nan_differ == 0u);
+      }
+    }
+  }
+  set_num_threads(threads_before);
+  set_cpu_path(before);
+}
+
 // gemm with a row bias (linear's bias, added in xgrad's kernels' epilogue rather than copied
 // into C first): on every CPU path, every route (small_gemm, tiled_gemm, BLAS; row and
 // column blocks; k chunks; column tails; K = 0) the same bits as bias copied into C with
