@@ -90,7 +90,7 @@ std::uint32_t bits1(const float* p) {
   std::memcpy(&w, p, sizeof w);
   return w;
 }
-bool zero_row_baseline(const float* p, std::size_t n) {
+inline bool zero_row_baseline(const float* p, std::size_t n) {
   std::size_t j = 0;
   for (; j + 2 <= n; j += 2)
     if (bits2(p + j) & 0x7fffffff7fffffffull) return false;
@@ -102,7 +102,7 @@ bool finite_row_baseline(const float* p, std::size_t n) {
   return true;
 }
 #ifdef XGRAD_GEMM_X86
-XGRAD_TARGET_AVX512 bool zero_row_avx512(const float* p, std::size_t n) {
+XGRAD_TARGET_AVX512 inline bool zero_row_avx512(const float* p, std::size_t n) {
   const __m512i mag = _mm512_set1_epi32(int(kMagnitude));
   std::size_t j = 0;
   for (; j + 16 <= n; j += 16)
@@ -118,7 +118,7 @@ XGRAD_TARGET_AVX512 bool finite_row_avx512(const float* p, std::size_t n) {
   const __mmask16 t = __mmask16((1u << (n - j)) - 1);
   return !_mm512_mask_cmpeq_epi32_mask(t, _mm512_and_si512(_mm512_maskz_loadu_epi32(t, p + j), e), e);
 }
-XGRAD_TARGET_AVX2 bool zero_row_avx2(const float* p, std::size_t n) {
+XGRAD_TARGET_AVX2 inline bool zero_row_avx2(const float* p, std::size_t n) {
   const __m256i mag = _mm256_set1_epi32(int(kMagnitude));
   std::size_t j = 0;
   for (; j + 8 <= n; j += 8)
@@ -135,14 +135,27 @@ XGRAD_TARGET_AVX2 bool finite_row_avx2(const float* p, std::size_t n) {
   return finite_row_baseline(p + j, n - j);
 }
 #endif
+// The indices of the rows of R x n (row stride ld) that are not all zero into kept; how many.
+#define XGRAD_NONZERO_ROWS(path, target)                                                                 \
+  target std::size_t nonzero_rows_##path(const float* p, std::size_t R, std::size_t n, std::size_t ld, \
+                                         std::size_t* kept) {                                           \
+    std::size_t m = 0;                                                                                  \
+    for (std::size_t r = 0; r < R; ++r)                                                                 \
+      if (!zero_row_##path(p + r * ld, n)) kept[m++] = r;                                               \
+    return m;                                                                                           \
+  }
+XGRAD_NONZERO_ROWS(baseline, )
+#ifdef XGRAD_GEMM_X86
+XGRAD_NONZERO_ROWS(avx2, XGRAD_TARGET_AVX2)
+XGRAD_NONZERO_ROWS(avx512, XGRAD_TARGET_AVX512)
+#endif
+#undef XGRAD_NONZERO_ROWS
 using RowTest = bool (*)(const float*, std::size_t);
 // kept = the indices of the rows of R x n (row stride ld) that are not all zero; false when
 // fewer than R / kSkipFraction rows are zero: nothing worth skipping.
 bool nonzero_rows(const float* p, std::size_t R, std::size_t n, std::size_t ld, std::vector<std::size_t>& kept) {
-  const RowTest zero_row = XGRAD_ISA_SELECT(zero_row);
-  kept.reserve(R);
-  for (std::size_t r = 0; r < R; ++r)
-    if (!zero_row(p + r * ld, n)) kept.push_back(r);
+  kept.resize(R);
+  kept.resize(XGRAD_ISA_SELECT(nonzero_rows)(p, R, n, ld, kept.data()));
   const std::size_t zeros = R - kept.size();
   return zeros != 0 && zeros * kSkipFraction >= R;
 }
