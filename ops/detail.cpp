@@ -179,10 +179,12 @@ bool gemm_skipping_zero_rows(bool trans_a, bool trans_b, std::size_t M, std::siz
     auto a = aligned_buffer<float>(m * K), c = aligned_buffer<float>(m * N);
     gather_rows(A, lda, kept, K, a.get());
     if (m) gemm<float>(false, trans_b, m, N, K, alpha, a.get(), K, B, ldb, 0.0f, c.get(), N, nullptr);
+    const float zero = alpha * 0.0f;  // -0 for a negative alpha
     for (std::size_t i = 0, next = 0; i < M; ++i) {
       float* ci = C + i * ldc;
-      if (next < m && kept[next] == i) std::copy_n(c.get() + next++ * N, N, ci);
-      else std::fill_n(ci, N, alpha * 0.0f);
+      if (next < m && kept[next] == i) std::memcpy(ci, c.get() + next++ * N, N * sizeof(float));
+      else if (!std::signbit(zero)) std::memset(ci, 0, N * sizeof(float));  // glibc's, wider than a loop here
+      else std::fill_n(ci, N, zero);
     }
     return true;
   }
