@@ -59,6 +59,88 @@ constexpr std::size_t kMinBlock = 256;
 constexpr std::size_t kMaxBlocks = 4;
 constexpr std::size_t kBlockAlign = 16;  // block lengths: multiples of the kernels' unrolling
 
+
+// gemm, every row of A as it comes.
+template <class T>
+void gemm_all_rows(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
+                   const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc,
+                   const T* bias) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) return empty_sum_gemm(M, N, beta, C, ldc, bias);
+  blas_single_thread();  // also before the small path: any xgrad GEMM leaves OpenBLAS single-threaded (documented)
+  if constexpr (std::is_same_v<T, float>)
+    if (small_gemm_fits(M, N, K))
+      return small_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+  // Mid-sized float32 products run xgrad's own micro-kernels (tiled_gemm), op(B) as rows: B
+  // itself, or B^T packed once here; or, kPackBRows rows or more (gemm_packs_bpanels), op(B)
+  // packed once into column panels (tiled_gemm_bpanels). Their results do not depend on the
+  // blocks below, nor on how op(B) is laid out.
+  const T* Bk = B;
+  std::size_t ldk = ldb;
+  bool tiled = false, bpanels = false;
+  std::size_t width = 0;  // bpanels, own_f64: the panel width
+  AlignedBuffer<T> panel;
+  if constexpr (std::is_same_v<T, float>)
+    if (tiled_gemm_fits(trans_a, trans_b, M, N, K)) {
+      tiled = true;
+      if (gemm_packs_bpanels(trans_b, M)) {
+        bpanels = true;
+        width = bpanel_width();
+        panel = aligned_buffer<T>(bpanels_size(N, K, width));
+        pack_bpanels(trans_b, K, N, B, ldb, panel.get(), width);
+        Bk = panel.get();
+      } else if (trans_b) {
+        ldk = panel_stride(N);
+        panel = aligned_buffer<T>(K * ldk);
+        transpose(N, K, B, ldb, panel.get(), ldk);
+        Bk = panel.get();
+      }
+    }
+  // float64 where OpenBLAS runs generic kernels: xgrad's tiles, op(B) packed once here too.
+  bool own_f64 = false;
+  if constexpr (std::is_same_v<T, double>)
+    if (own_f64_kernels()) {
+      own_f64 = true;
+      width = f64_panel_width();
+      panel = aligned_buffer<T>(bpanels_size(N, K, width));
+      pack_f64_bpanels(trans_b, K, N, B, ldb, panel.get(), width);
+      Bk = panel.get();
+    }
+  // A block's rows of C, columns [n0, n0 + n): BLAS gets bias copied into them and beta 1.
+  // (bpanels: bk = the block's first panel; column blocks start on whole panels.)
+  const auto one = [&](std::size_t m, std::size_t n, const T* a, const T* b, const T* bk, T* c, std::size_t n0) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (bpanels) return tiled_gemm_bpanels(trans_a, m, n, K, alpha, a, lda, bk, width, beta, c, ldc, bias ? bias + n0 : nullptr);
+      if (tiled) return tiled_gemm(trans_a, m, n, K, alpha, a, lda, bk, ldk, beta, c, ldc, bias ? bias + n0 : nullptr);
+    } else if (own_f64) {
+      return tiled_gemm_f64_bpanels(trans_a, m, n, K, alpha, a, lda, bk, width, beta, c, ldc,
+                                    bias ? bias + n0 : nullptr);
+    }
+    if (bias)
+      for (std::size_t i = 0; i < m; ++i) std::copy_n(bias + n0, n, c + i * ldc);
+    gemm_one_call(trans_a, trans_b, m, n, K, alpha, a, lda, b, ldb, bias ? T(1) : beta, c, ldc);
+  };
+  // Rows [m0, m1) of C need rows [m0, m1) of op(A) only; columns [n0, n1), columns of op(B) only.
+  const bool by_rows = M >= N;
+  const std::size_t len = by_rows ? M : N;
+  const std::size_t blocks = std::clamp<std::size_t>(std::min(len / kMinBlock, M * N * K / kMinBlockWork), 1, kMaxBlocks);
+  if (blocks == 1) return one(M, N, A, B, Bk, C, 0);
+  const std::size_t align = (bpanels || own_f64) && !by_rows ? width : kBlockAlign;  // width: 8, 16 or 32
+  // ceil(len / blocks) rounded up to align: at most `blocks` blocks (len / blocks rounded down
+  // and then up could leave a last block of a few rows, e.g. 256 + 256 + 256 + 1 of 769)
+  const std::size_t step = ((len + blocks - 1) / blocks + align - 1) / align * align;
+  const std::size_t count = (len + step - 1) / step;
+  parallel_for(count, step * (by_rows ? N : M) * K, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t blk = begin; blk < end; ++blk) {
+      const std::size_t lo = blk * step, n = std::min(len, lo + step) - lo;
+      if (by_rows)
+        one(n, N, trans_a ? A + lo : A + lo * lda, B, Bk, C + lo * ldc, 0);
+      else
+        one(M, n, A, trans_b ? B + lo * ldb : B + lo, bpanels || own_f64 ? Bk + lo * K : Bk + lo, C + lo, lo);
+    }
+  });
+}
+
 // --- Rows of exact zeros ---------------------------------------------------------------------
 // A loss that ignores positions (cross_entropy's ignore_index, padding) gives gradients whose
 // rows there are exact zeros, and so does every gradient propagated back from them
@@ -70,11 +152,13 @@ constexpr std::size_t kBlockAlign = 16;  // block lengths: multiples of the kern
 // are NaN, so with an inf or NaN there the whole product runs and they propagate as in it.
 // Results: where the full and the reduced product both run xgrad's kernels (small_gemm,
 // tiled_gemm_fits; each element the same fused chain over k, whatever the other rows), a kept
-// row of C is the full product's bit for bit, and a sum without its +-0 terms differs from the
-// full one at most in the sign of a zero result (-0 from an underflow that a +0 term would
-// have made +0); where either runs OpenBLAS (large products), a row's last bits depend on where
-// it falls in the product and the k blocking on K, so they may differ from the full product's
-// within float32 rounding. Either way they depend on the data only, never on the thread count.
+// row of C is the full product's bit for bit, a skipped one its alpha * 0, and a sum without
+// its +-0 terms differs from the full one at most in the sign of a zero result (-0 from an
+// underflow that a +0 term would have made +0); where either runs OpenBLAS (large products), a
+// row's last bits depend on where it falls in the product and the k blocking on K, so they may
+// differ from the full product's within float32 rounding, and a skipped row is alpha * 0 where
+// OpenBLAS may give +0 for a negative alpha. Either way they depend on the data only, never on
+// the thread count.
 constexpr std::size_t kSkipMinWork = std::size_t(1) << 18, kSkipFraction = 8;
 
 // Row scans, on the floats' bits: +-0 is 0 without the sign bit, inf and NaN have every
@@ -163,6 +247,8 @@ void gather_rows(const float* p, std::size_t ld, const std::vector<std::size_t>&
   for (std::size_t i = 0; i < rows.size(); ++i) std::copy_n(p + rows[i] * ld, n, dst + i * n);
 }
 
+thread_local std::size_t t_zero_row_skips = 0;  // gemm_zero_row_skips()
+
 // gemm<float> without A's zero rows, when it pays (see above); false: run the whole product.
 bool gemm_skipping_zero_rows(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha,
                              const float* A, std::size_t lda, const float* B, std::size_t ldb, float beta, float* C,
@@ -178,12 +264,13 @@ bool gemm_skipping_zero_rows(bool trans_a, bool trans_b, std::size_t M, std::siz
     const std::size_t m = kept.size();
     auto a = aligned_buffer<float>(m * K), c = aligned_buffer<float>(m * N);
     gather_rows(A, lda, kept, K, a.get());
-    if (m) gemm<float>(false, trans_b, m, N, K, alpha, a.get(), K, B, ldb, 0.0f, c.get(), N, nullptr);
+    if (m) gemm_all_rows<float>(false, trans_b, m, N, K, alpha, a.get(), K, B, ldb, 0.0f, c.get(), N, nullptr);
     const float zero = alpha * 0.0f;  // -0 for a negative alpha
+    ++t_zero_row_skips;
     for (std::size_t i = 0, next = 0; i < M; ++i) {
       float* ci = C + i * ldc;
       if (next < m && kept[next] == i) std::memcpy(ci, c.get() + next++ * N, N * sizeof(float));
-      else if (!std::signbit(zero)) std::memset(ci, 0, N * sizeof(float));  // glibc's, wider than a loop here
+      else if (zero == 0.0f && !std::signbit(zero)) std::memset(ci, 0, N * sizeof(float));  // glibc's, wider
       else std::fill_n(ci, N, zero);
     }
     return true;
@@ -200,91 +287,23 @@ bool gemm_skipping_zero_rows(bool trans_a, bool trans_b, std::size_t M, std::siz
   auto a = aligned_buffer<float>(k2 * M), b = aligned_buffer<float>(k2 * N);
   gather_rows(A, lda, kept, M, a.get());
   gather_rows(B, ldb, kept, N, b.get());
-  gemm<float>(true, false, M, N, k2, alpha, a.get(), M, b.get(), N, beta, C, ldc, bias);
+  gemm_all_rows<float>(true, false, M, N, k2, alpha, a.get(), M, b.get(), N, beta, C, ldc, bias);
+  ++t_zero_row_skips;
   return true;
 }
 }  // namespace
+
+std::size_t gemm_zero_row_skips() noexcept { return t_zero_row_skips; }
 
 template <class T>
 void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
           const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc,
           const T* bias) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) return empty_sum_gemm(M, N, beta, C, ldc, bias);
-  blas_single_thread();  // also before the small path: any xgrad GEMM leaves OpenBLAS single-threaded (documented)
-  if constexpr (std::is_same_v<T, float>) {
-    if (small_gemm_fits(M, N, K))
-      return small_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
-    if (gemm_skipping_zero_rows(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias)) return;
-  }
-  // Mid-sized float32 products run xgrad's own micro-kernels (tiled_gemm), op(B) as rows: B
-  // itself, or B^T packed once here; or, kPackBRows rows or more (gemm_packs_bpanels), op(B)
-  // packed once into column panels (tiled_gemm_bpanels). Their results do not depend on the
-  // blocks below, nor on how op(B) is laid out.
-  const T* Bk = B;
-  std::size_t ldk = ldb;
-  bool tiled = false, bpanels = false;
-  std::size_t width = 0;  // bpanels, own_f64: the panel width
-  AlignedBuffer<T> panel;
   if constexpr (std::is_same_v<T, float>)
-    if (tiled_gemm_fits(trans_a, trans_b, M, N, K)) {
-      tiled = true;
-      if (gemm_packs_bpanels(trans_b, M)) {
-        bpanels = true;
-        width = bpanel_width();
-        panel = aligned_buffer<T>(bpanels_size(N, K, width));
-        pack_bpanels(trans_b, K, N, B, ldb, panel.get(), width);
-        Bk = panel.get();
-      } else if (trans_b) {
-        ldk = panel_stride(N);
-        panel = aligned_buffer<T>(K * ldk);
-        transpose(N, K, B, ldb, panel.get(), ldk);
-        Bk = panel.get();
-      }
-    }
-  // float64 where OpenBLAS runs generic kernels: xgrad's tiles, op(B) packed once here too.
-  bool own_f64 = false;
-  if constexpr (std::is_same_v<T, double>)
-    if (own_f64_kernels()) {
-      own_f64 = true;
-      width = f64_panel_width();
-      panel = aligned_buffer<T>(bpanels_size(N, K, width));
-      pack_f64_bpanels(trans_b, K, N, B, ldb, panel.get(), width);
-      Bk = panel.get();
-    }
-  // A block's rows of C, columns [n0, n0 + n): BLAS gets bias copied into them and beta 1.
-  // (bpanels: bk = the block's first panel; column blocks start on whole panels.)
-  const auto one = [&](std::size_t m, std::size_t n, const T* a, const T* b, const T* bk, T* c, std::size_t n0) {
-    if constexpr (std::is_same_v<T, float>) {
-      if (bpanels) return tiled_gemm_bpanels(trans_a, m, n, K, alpha, a, lda, bk, width, beta, c, ldc, bias ? bias + n0 : nullptr);
-      if (tiled) return tiled_gemm(trans_a, m, n, K, alpha, a, lda, bk, ldk, beta, c, ldc, bias ? bias + n0 : nullptr);
-    } else if (own_f64) {
-      return tiled_gemm_f64_bpanels(trans_a, m, n, K, alpha, a, lda, bk, width, beta, c, ldc,
-                                    bias ? bias + n0 : nullptr);
-    }
-    if (bias)
-      for (std::size_t i = 0; i < m; ++i) std::copy_n(bias + n0, n, c + i * ldc);
-    gemm_one_call(trans_a, trans_b, m, n, K, alpha, a, lda, b, ldb, bias ? T(1) : beta, c, ldc);
-  };
-  // Rows [m0, m1) of C need rows [m0, m1) of op(A) only; columns [n0, n1), columns of op(B) only.
-  const bool by_rows = M >= N;
-  const std::size_t len = by_rows ? M : N;
-  const std::size_t blocks = std::clamp<std::size_t>(std::min(len / kMinBlock, M * N * K / kMinBlockWork), 1, kMaxBlocks);
-  if (blocks == 1) return one(M, N, A, B, Bk, C, 0);
-  const std::size_t align = (bpanels || own_f64) && !by_rows ? width : kBlockAlign;  // width: 8, 16 or 32
-  // ceil(len / blocks) rounded up to align: at most `blocks` blocks (len / blocks rounded down
-  // and then up could leave a last block of a few rows, e.g. 256 + 256 + 256 + 1 of 769)
-  const std::size_t step = ((len + blocks - 1) / blocks + align - 1) / align * align;
-  const std::size_t count = (len + step - 1) / step;
-  parallel_for(count, step * (by_rows ? N : M) * K, [&](std::size_t begin, std::size_t end) {
-    for (std::size_t blk = begin; blk < end; ++blk) {
-      const std::size_t lo = blk * step, n = std::min(len, lo + step) - lo;
-      if (by_rows)
-        one(n, N, trans_a ? A + lo : A + lo * lda, B, Bk, C + lo * ldc, 0);
-      else
-        one(M, n, A, trans_b ? B + lo * ldb : B + lo, bpanels || own_f64 ? Bk + lo * K : Bk + lo, C + lo, lo);
-    }
-  });
+    if (M && N && K && !small_gemm_fits(M, N, K) &&
+        gemm_skipping_zero_rows(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias))
+      return;
+  gemm_all_rows<T>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
 }
 
 template void gemm<float>(bool, bool, std::size_t, std::size_t, std::size_t, float, const float*,

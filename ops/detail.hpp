@@ -68,6 +68,8 @@ template <class T>
 void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
           const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc,
           const T* bias = nullptr);
+// For tests: how many gemm<float> calls on the calling thread have run without A's zero rows.
+std::size_t gemm_zero_row_skips() noexcept;
 
 // gemm's result for K = 0, an empty sum: C = beta C (C not read for beta 0), or bias_j in every
 // row; M x N of C at row stride ldc. Shared by gemm and the own kernels that take K = 0.

@@ -1059,11 +1059,14 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
 // gemm<float> skips rows of exact zeros in A as stored (ops/detail.cpp, "Rows of exact zeros"):
 // op(A)'s zero rows (dX = dY W, B as rows or transposed) and, A transposed, its zero k rows
 // (dW = dY^T X). Zero rows as a padded batch leaves them (rows 16 s + t, t past a length of
-// 1..16), one of them -0. On every CPU path, against tiled_gemm on the same operands (which
-// never skips): where both the full and the reduced product run xgrad's kernels, C is the full
+// 1..16), row 9 as -0s; kept row 0 nonzero in its last element only (row lengths with 1, 15
+// and 0 floats past the last whole 16, so the scans' tails decide it). On every CPU path the
+// skip runs (gemm_zero_row_skips), and against tiled_gemm on the same operands (which never
+// skips): where both the full and the reduced product run xgrad's kernels, C is the full
 // product's bit for bit, else within the float32 bound; a skipped row of C is alpha * 0 (-0 for
-// a negative alpha), C outside its block untouched; an inf in B where a zero row meets it
-// gives the full product's NaNs; and the same bits at 1 and 2 threads.
+// a negative alpha), C outside its block untouched; the same bits at 1 and 2 threads; and an
+// inf in B where a zero row meets it (also as a row's last element) gives the full product's
+// NaNs, the whole product running.
 BOOST_AUTO_TEST_CASE(float32_gemm_skips_rows_of_zeros_with_the_full_products_results) {
   const CpuPath before = cpu_path();
   const int threads_before = num_threads();
@@ -1074,12 +1077,16 @@ BOOST_AUTO_TEST_CASE(float32_gemm_skips_rows_of_zeros_with_the_full_products_res
     std::size_t M, N, K;
   };
   // the reverse model's linear layers' input and weight gradients, its 11-column output
-  // layer, and two that OpenBLAS runs on most paths (K 300; a 512 x 512 weight gradient)
+  // layer, row lengths 97 and 79, and two that OpenBLAS runs on most paths (K 300; a 512 x 512
+  // weight gradient)
   const Case cases[] = {{false, false, 1024, 64, 192}, {false, false, 1024, 192, 64}, {false, true, 1024, 11, 64},
-                        {false, true, 300, 64, 96},    {true, false, 192, 64, 1024},  {true, false, 11, 64, 1024},
-                        {true, false, 64, 128, 600},   {false, false, 600, 300, 300}, {true, false, 512, 512, 700}};
+                        {false, true, 300, 64, 97},    {true, false, 192, 64, 1024},  {true, false, 11, 64, 1024},
+                        {true, false, 79, 128, 600},   {false, false, 600, 300, 300}, {true, false, 512, 512, 700}};
   const auto padded = [](std::size_t r) { return r % 16 >= 1 + (r / 16 * 7) % 16; };
   const auto same = [](float x, float y) { return std::memcmp(&x, &y, sizeof x) == 0 || (std::isnan(x) && std::isnan(y)); };
+  BOOST_TEST(padded(9));
+  BOOST_TEST(padded(3));
+  BOOST_TEST(!padded(0));
   for (CpuPath path : supported_cpu_paths()) {
     set_cpu_path(path);
     for (const Case& cs : cases) {
@@ -1092,29 +1099,31 @@ BOOST_AUTO_TEST_CASE(float32_gemm_skips_rows_of_zeros_with_the_full_products_res
       for (std::size_t r = 0; r < stored_rows; ++r)
         if (padded(r)) {
           ++zeros;
-          std::fill_n(A.data() + r * lda, stored_cols, r == 17 ? -0.0f : 0.0f);
+          std::fill_n(A.data() + r * lda, stored_cols, r == 9 ? -0.0f : 0.0f);
         }
+      std::fill_n(A.data(), stored_cols - 1, 0.0f);  // row 0: nonzero in its last element only
+      A[stored_cols - 1] = 0.75f;
       // op(B) as rows for tiled_gemm
       std::vector<float> Bk(K * N);
       for (std::size_t k = 0; k < K; ++k)
         for (std::size_t j = 0; j < N; ++j) Bk[k * N + j] = cs.tb ? B[j * ldb + k] : B[k * ldb + j];
       const std::size_t kept = stored_rows - zeros;
-      const bool bits = (cs.ta ? detail::tiled_gemm_fits(true, false, M, N, K) && detail::tiled_gemm_fits(true, false, M, N, kept)
-                               : detail::tiled_gemm_fits(false, cs.tb, M, N, K) && detail::tiled_gemm_fits(false, cs.tb, kept, N, K)) ||
-                        (M <= detail::kSmallGemmMax && N <= detail::kSmallGemmMax);
+      const bool bits = cs.ta ? detail::tiled_gemm_fits(true, false, M, N, K) && detail::tiled_gemm_fits(true, false, M, N, kept)
+                              : detail::tiled_gemm_fits(false, cs.tb, M, N, K) && detail::tiled_gemm_fits(false, cs.tb, kept, N, K);
       BOOST_TEST_CONTEXT(cpu_path_name(path) << " ta " << cs.ta << " tb " << cs.tb << " M " << M << " N " << N << " K " << K
                                              << (bits ? " (xgrad's kernels)" : " (OpenBLAS)")) {
-        BOOST_TEST(zeros * 8 >= stored_rows);  // enough to be skipped
         for (float alpha : {0.5f, -0.5f}) {
           std::vector<float> got((M + 2) * ldc, kSentinel), ref(M * N);
           set_num_threads(1);
+          const std::size_t skips = detail::gemm_zero_row_skips();
           detail::gemm<float>(cs.ta, cs.tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0f, got.data(), ldc);
+          BOOST_TEST(detail::gemm_zero_row_skips() == skips + 1);  // the rows were skipped
           detail::tiled_gemm(cs.ta, M, N, K, alpha, A.data(), lda, Bk.data(), N, 0.0f, ref.data(), N);
           std::vector<float> two((M + 2) * ldc, kSentinel);
           set_num_threads(2);
           detail::gemm<float>(cs.ta, cs.tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, 0.0f, two.data(), ldc);
           BOOST_TEST((std::memcmp(got.data(), two.data(), got.size() * sizeof(float)) == 0));
-          std::size_t outside = 0, differ = 0, zero_rows_wrong = 0;
+          std::size_t outside = 0, differ = 0, zero_rows_wrong = 0, row0_zero = 0;
           std::vector<float> block(M * N);
           for (std::size_t i = 0; i < M + 2; ++i)
             for (std::size_t j = 0; j < ldc; ++j) {
@@ -1126,29 +1135,38 @@ BOOST_AUTO_TEST_CASE(float32_gemm_skips_rows_of_zeros_with_the_full_products_res
               block[i * N + j] = y;
               differ += !same(y, ref[i * N + j]);
               if (!cs.ta && padded(i)) zero_rows_wrong += !same(y, alpha * 0.0f);
+              if (!cs.ta && i == 0) row0_zero += y == 0.0f;
             }
           BOOST_TEST(outside == 0u);
           BOOST_TEST(zero_rows_wrong == 0u);
+          BOOST_TEST(row0_zero == 0u);  // row 0 was kept
           if (bits) BOOST_TEST(differ == 0u);
           if (alpha == 0.5f) BOOST_TEST(half_product_within_bound(A, lda, cs.ta, B, ldb, cs.tb, M, N, K, block));
         }
-        // an inf in op(B) row 3 (column 2) meets the zero rows (A not transposed: every row of
-        // op(B) does; transposed: row 3 of A as stored is one of the zero rows)
-        BOOST_TEST(padded(3));
-        std::vector<float> Binf = B, Bkinf = Bk;
-        (cs.tb ? Binf[2 * ldb + 3] : Binf[3 * ldb + 2]) = inf;
-        Bkinf[3 * N + 2] = inf;
-        std::vector<float> got(M * N), ref(M * N);
-        set_num_threads(1);
-        detail::gemm<float>(cs.ta, cs.tb, M, N, K, 0.5f, A.data(), lda, Binf.data(), ldb, 0.0f, got.data(), N);
-        detail::tiled_gemm(cs.ta, M, N, K, 0.5f, A.data(), lda, Bkinf.data(), N, 0.0f, ref.data(), N);
-        std::size_t nans = 0, nan_differ = 0;
-        for (std::size_t i = 0; i < M * N; ++i) {
-          nans += std::isnan(ref[i]);
-          nan_differ += std::isnan(got[i]) != std::isnan(ref[i]);
+        // an inf in op(B) that meets the zero rows (A not transposed: every row of op(B) does;
+        // transposed: rows 3 and the last padded k): at (3, 2), and as the last element of a
+        // stored row of B
+        std::size_t last_padded = K - 1;
+        while (cs.ta && !padded(last_padded)) --last_padded;
+        const std::pair<std::size_t, std::size_t> spots[] = {{3, 2}, {cs.tb ? last_padded : 3, cs.tb ? 2 : N - 1}};
+        for (const auto& [k, j] : spots) {
+          std::vector<float> Binf = B, Bkinf = Bk;
+          (cs.tb ? Binf[j * ldb + k] : Binf[k * ldb + j]) = inf;
+          Bkinf[k * N + j] = inf;
+          std::vector<float> got(M * N), ref(M * N);
+          set_num_threads(1);
+          const std::size_t skips = detail::gemm_zero_row_skips();
+          detail::gemm<float>(cs.ta, cs.tb, M, N, K, 0.5f, A.data(), lda, Binf.data(), ldb, 0.0f, got.data(), N);
+          BOOST_TEST(detail::gemm_zero_row_skips() == skips);  // the whole product ran
+          detail::tiled_gemm(cs.ta, M, N, K, 0.5f, A.data(), lda, Bkinf.data(), N, 0.0f, ref.data(), N);
+          std::size_t nans = 0, nan_differ = 0;
+          for (std::size_t i = 0; i < M * N; ++i) {
+            nans += std::isnan(ref[i]);
+            nan_differ += std::isnan(got[i]) != std::isnan(ref[i]);
+          }
+          BOOST_TEST(nans > 0u, "inf at (" << k << ", " << j << ")");
+          BOOST_TEST(nan_differ == 0u, "inf at (" << k << ", " << j << ")");
         }
-        BOOST_TEST(nans > 0u);
-        BOOST_TEST(nan_differ == 0u);
       }
     }
   }
