@@ -59,7 +59,6 @@ constexpr std::size_t kMinBlock = 256;
 constexpr std::size_t kMaxBlocks = 4;
 constexpr std::size_t kBlockAlign = 16;  // block lengths: multiples of the kernels' unrolling
 
-
 // gemm, every row of A as it comes.
 template <class T>
 void gemm_all_rows(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
