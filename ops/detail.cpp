@@ -168,20 +168,15 @@ std::uint64_t bits2(const float* p) {
   std::memcpy(&w, p, sizeof w);
   return w;
 }
-std::uint32_t bits1(const float* p) {
-  std::uint32_t w;
-  std::memcpy(&w, p, sizeof w);
-  return w;
-}
 inline bool zero_row_baseline(const float* p, std::size_t n) {
   std::size_t j = 0;
   for (; j + 2 <= n; j += 2)
     if (bits2(p + j) & 0x7fffffff7fffffffull) return false;
-  return j == n || !(bits1(p + j) & kMagnitude);
+  return j == n || !(fastmath::impl::bits(p[j]) & kMagnitude);
 }
 bool finite_row_baseline(const float* p, std::size_t n) {
   for (std::size_t j = 0; j < n; ++j)
-    if ((bits1(p + j) & kExponent) == kExponent) return false;
+    if ((fastmath::impl::bits(p[j]) & kExponent) == kExponent) return false;
   return true;
 }
 #ifdef XGRAD_GEMM_X86
