@@ -119,9 +119,12 @@ void small_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::s
 // C's M x N block is written, only Bk's N columns read). Each element of C is the same bits
 // as small_gemm's for the same row of op(A) and column of op(B), on the AVX-512 and AVX2
 // paths alike. A transposed B (N, K) is first laid out as rows by transpose(N, K, B, ...).
+// rows (op(A) not transposed): row i of A and of C is row rows[i] of them (A at rows[i] * lda,
+// C at rows[i] * ldc), the others neither read nor written; ks: the k-th k is ks[k] (k < K, in
+// A and Bk, each ks[k] < their K). The product of the gathered rows without the gathering.
 void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                 std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc,
-                const float* bias = nullptr);
+                const float* bias = nullptr, const std::size_t* rows = nullptr, const std::size_t* ks = nullptr);
 // tiled_gemm with op(B) in column panels instead of rows: Bp holds op(B) (K, N) as panels of
 // w = width columns, panel p (columns [p w, (p + 1) w)) at Bp + p w K with its row k at + k w, as
 // pack_bpanels lays it out; width must be bpanel_width() (std::logic_error if it is not a
@@ -131,10 +134,10 @@ void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float
 // of a multiple of 1 KiB (N = 256, 512, 1024 floats) the rows share a few L1 sets and evict each
 // other; in panels a column block is one contiguous stretch (the score products at 4,096 keys:
 // 77 against 89 GFLOP/s; M 256, N 512, K 128 from 1.20x OpenBLAS's time to 0.95x, packing
-// included, on a Zen 3). Bias and C as in tiled_gemm.
+// included, on a Zen 3). Bias, C and rows as in tiled_gemm.
 void tiled_gemm_bpanels(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                         std::size_t lda, const float* Bp, std::size_t width, float beta, float* C, std::size_t ldc,
-                        const float* bias = nullptr);
+                        const float* bias = nullptr, const std::size_t* rows = nullptr);
 // The column-panel width of the CPU path in use: its widest tile (AVX-512 32, AVX2 and baseline
 // 16). Read it once and pass it to both pack_bpanels and tiled_gemm_bpanels.
 std::size_t bpanel_width();

@@ -52,8 +52,9 @@
 namespace xgrad::detail {
 namespace {
 
-// One tile's work. The tile of C at c (row stride ldc), rows r < rows <= R, columns l < cols <= W:
-//   acc_rl = sum_k a[r][k * ka] b[k * ldb + l]     in order of k; b: cols readable columns a row
+// One tile's work. The tile of C: row r at c[r], rows r < rows <= R, columns l < cols <= W:
+//   acc_rl = sum_k a[r][k' * ka] b[k' * ldb + l]   in order of k; k' = k, or ks[k] with a k map;
+//                                                  b: cols readable columns a row
 //   c_rl   = alpha acc_rl                          beta == 0: C is not read
 //   c_rl   = alpha acc_rl + beta c_rl              beta != 0: both products rounded, then the sum
 //   c_rl   = alpha acc_rl + bias[l]                bias given (beta 0): the product rounded, then the sum
@@ -66,9 +67,10 @@ struct TileArgs {
   std::size_t ka;
   const float* b;
   std::size_t ldb, K;
+  const std::size_t* ks;
   float alpha, beta;
-  float* c;
-  std::size_t ldc, rows, cols;
+  float* const* c;
+  std::size_t rows, cols;
   float* partial;
   std::size_t ldp;
   bool first, last;
@@ -77,14 +79,19 @@ struct TileArgs {
 // The row tiles of one column block and k chunk, R rows each from row `first` while < `end`,
 // run by one call of a micro-kernel's loop (tiles_*): the loop builds each tile's TileArgs in
 // place of a call per tile (the reverse model's linear products: ~1,000 tiles of K = 64 each).
-//   a_ik = A[min(i, M - 1) * ra + k * ka]   (A at the chunk's first k; rows past M - 1 repeat M - 1)
-//   tile i0: C at c + i0 * ldc, its raw sums at partial + (i0 - p0) * ldp (partial: the panel's
-//   row p0, or null), min(R, M - i0) rows, cols columns
+//   a_ik = A[row(min(i, M - 1)) * ra + k * ka]   (A at the chunk's first k; rows past M - 1 repeat M - 1)
+//   row i of C at c + row(i) * ldc; row(i) = i, or rows[i] with a row map (gemm<float>'s products
+//   without A's rows of exact zeros: the other rows read and written in place, not gathered);
+//   k as in TileArgs (a k map: A and b at k' = 0, ks at the chunk's first k)
+//   tile i0: its raw sums at partial + (i0 - p0) * ldp (partial: the panel's row p0, or null),
+//   min(R, M - i0) rows, cols columns
 struct TileRun {
   const float* A;
   std::size_t ra, ka, M, first, end;
+  const std::size_t* rows;
   const float* b;
   std::size_t ldb, K;
+  const std::size_t* ks;
   float alpha, beta;
   float* c;
   std::size_t ldc, cols;
@@ -94,11 +101,13 @@ struct TileRun {
   const float* bias;
 };
 template <std::size_t R>
-inline TileArgs tile_of(const TileRun& run, std::size_t i0, const float** a) {
-  for (std::size_t r = 0; r < R; ++r) a[r] = run.A + std::min(i0 + r, run.M - 1) * run.ra;
+inline TileArgs tile_of(const TileRun& run, std::size_t i0, const float** a, float** c) {
+  for (std::size_t r = 0; r < R; ++r) {
+    const std::size_t i = std::min(i0 + r, run.M - 1), row = run.rows ? run.rows[i] : i;
+    a[r] = run.A + row * run.ra, c[r] = run.c + row * run.ldc;
+  }
   float* const partial = run.partial ? run.partial + (i0 - run.p0) * run.ldp : nullptr;
-  return TileArgs{a,       run.ka,   run.b,    run.ldb,          run.K,          run.alpha,
-                  run.beta, run.c + i0 * run.ldc, run.ldc, std::min(R, run.M - i0), run.cols,
+  return TileArgs{a, run.ka, run.b, run.ldb, run.K, run.ks, run.alpha, run.beta, c, std::min(R, run.M - i0), run.cols,
                   partial, run.ldp, run.first_chunk, run.last_chunk, run.bias};
 }
 using Tiles = void (*)(const TileRun& run);
@@ -122,31 +131,35 @@ inline void tile_baseline(const TileArgs& t) {
   float acc[R][W] = {};
   if (!t.first)
     for (std::size_t r = 0; r < R; ++r) std::copy_n(t.partial + r * t.ldp, W, acc[r]);
-  const float* b = t.b;
-  for (std::size_t k = 0; k < t.K; ++k, b += t.ldb)
+  for (std::size_t k = 0; k < t.K; ++k) {
+    const std::size_t kk = t.ks ? t.ks[k] : k;
+    const float* b = t.b + kk * t.ldb;
     for (std::size_t r = 0; r < R; ++r) {
-      const float x = t.a[r][k * t.ka];
+      const float x = t.a[r][kk * t.ka];
       for (std::size_t l = 0; l < t.cols; ++l) acc[r][l] += x * b[l];
     }
+  }
   if (!t.last) {
     for (std::size_t r = 0; r < R; ++r) std::copy_n(acc[r], W, t.partial + r * t.ldp);
     return;
   }
-  float* c = t.c;
-  for (std::size_t r = 0; r < t.rows; ++r, c += t.ldc)
+  for (std::size_t r = 0; r < t.rows; ++r) {
+    float* const c = t.c[r];
     if (t.bias)
       for (std::size_t l = 0; l < t.cols; ++l) c[l] = t.alpha * acc[r][l] + t.bias[l];
     else if (t.beta == 0.0f)
       for (std::size_t l = 0; l < t.cols; ++l) c[l] = t.alpha * acc[r][l];
     else
       for (std::size_t l = 0; l < t.cols; ++l) c[l] = t.alpha * acc[r][l] + t.beta * c[l];
+  }
 }
 
 template <std::size_t R, std::size_t W>
 void tiles_baseline(const TileRun& run) {
   for (std::size_t i0 = run.first; i0 < run.end; i0 += R) {
     const float* a[R];
-    tile_baseline<R, W>(tile_of<R>(run, i0, a));
+    float* c[R];
+    tile_baseline<R, W>(tile_of<R>(run, i0, a, c));
   }
 }
 
@@ -175,7 +188,8 @@ XGRAD_TARGET_AVX512 inline __attribute__((always_inline)) void store_c_avx512(__
 }
 
 // R rows x V vectors of 16 columns. Masked: some of the V vectors are partly past column cols.
-template <std::size_t R, std::size_t V, bool Masked>
+// KMap: k through t.ks.
+template <std::size_t R, std::size_t V, bool Masked, bool KMap>
 XGRAD_TARGET_AVX512 inline __attribute__((always_inline)) void tile_avx512_body(const TileArgs& t) {
   __mmask16 m[V];
   XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) {
@@ -189,7 +203,9 @@ XGRAD_TARGET_AVX512 inline __attribute__((always_inline)) void tile_avx512_body(
   XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) ar[r] = t.a[r];
   const float* b = t.b;
   const std::size_t K = t.K, ka = t.ka, ldb = t.ldb;  // in registers: not re-read from t every k
+  const std::size_t* const ks = t.ks;
   for (std::size_t k = 0, at = 0; k < K; ++k, at += ka, b += ldb) {
+    if constexpr (KMap) at = ks[k] * ka, b = t.b + ks[k] * ldb;
     __m512 bk[V];
     XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) bk[v] =
         Masked ? _mm512_maskz_loadu_ps(m[v], b + 16 * v) : _mm512_loadu_ps(b + 16 * v);
@@ -209,18 +225,22 @@ XGRAD_TARGET_AVX512 inline __attribute__((always_inline)) void tile_avx512_body(
     XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) bias[v] = _mm512_maskz_loadu_ps(m[v], t.bias + 16 * v);
   XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {
     if (r >= t.rows) break;
-    float* cr = t.c + r * t.ldc;
+    float* const cr = t.c[r];
     XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v)
       store_c_avx512(acc[r][v], m[v], va, t.beta, vb, t.bias ? &bias[v] : nullptr, cr + 16 * v);
   }
 }
+template <std::size_t R, std::size_t V, bool Masked, bool KMap>
+XGRAD_TARGET_AVX512 inline __attribute__((always_inline)) void tile_loop_avx512(const TileRun& run) {
+  const float* a[R];
+  float* c[R];
+  for (std::size_t i0 = run.first; i0 < run.end; i0 += R) tile_avx512_body<R, V, Masked, KMap>(tile_of<R>(run, i0, a, c));
+}
 template <std::size_t R, std::size_t V>
 XGRAD_TARGET_AVX512 void tiles_avx512(const TileRun& run) {
-  const float* a[R];
-  if (run.cols == 16 * V)
-    for (std::size_t i0 = run.first; i0 < run.end; i0 += R) tile_avx512_body<R, V, false>(tile_of<R>(run, i0, a));
-  else
-    for (std::size_t i0 = run.first; i0 < run.end; i0 += R) tile_avx512_body<R, V, true>(tile_of<R>(run, i0, a));
+  const bool whole = run.cols == 16 * V;
+  if (run.ks) whole ? tile_loop_avx512<R, V, false, true>(run) : tile_loop_avx512<R, V, true, true>(run);
+  else whole ? tile_loop_avx512<R, V, false, false>(run) : tile_loop_avx512<R, V, true, false>(run);
 }
 
 // A whole product of M <= R rows and N <= 16 columns in one pass over k, one register a row
@@ -254,7 +274,8 @@ XGRAD_TARGET_AVX512 void tiny_gemm_avx512(bool trans_a, std::size_t M, std::size
 constexpr std::int32_t kLaneMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1};
 
 // R rows x V vectors of 8 columns. Masked: some of the V vectors are partly past column cols.
-template <std::size_t R, std::size_t V, bool Masked>
+// KMap: k through t.ks.
+template <std::size_t R, std::size_t V, bool Masked, bool KMap>
 XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_avx2_body(const TileArgs& t) {
   __m256i m[V];
   XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) {
@@ -268,7 +289,9 @@ XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_avx2_body(cons
   XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) ar[r] = t.a[r];
   const float* b = t.b;
   const std::size_t K = t.K, ka = t.ka, ldb = t.ldb;  // in registers: not re-read from t every k
+  const std::size_t* const ks = t.ks;
   for (std::size_t k = 0, at = 0; k < K; ++k, at += ka, b += ldb) {
+    if constexpr (KMap) at = ks[k] * ka, b = t.b + ks[k] * ldb;
     __m256 bk[V];
     XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) bk[v] =
         Masked ? _mm256_maskload_ps(b + 8 * v, m[v]) : _mm256_loadu_ps(b + 8 * v);
@@ -288,7 +311,7 @@ XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_avx2_body(cons
     XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) bias[v] = _mm256_maskload_ps(t.bias + 8 * v, m[v]);
   XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {
     if (r >= t.rows) break;
-    float* cr = t.c + r * t.ldc;
+    float* const cr = t.c[r];
     XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) {
       __m256 y = _mm256_mul_ps(va, acc[r][v]);
       if (t.bias) {
@@ -305,13 +328,17 @@ XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_avx2_body(cons
     }
   }
 }
+template <std::size_t R, std::size_t V, bool Masked, bool KMap>
+XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_loop_avx2(const TileRun& run) {
+  const float* a[R];
+  float* c[R];
+  for (std::size_t i0 = run.first; i0 < run.end; i0 += R) tile_avx2_body<R, V, Masked, KMap>(tile_of<R>(run, i0, a, c));
+}
 template <std::size_t R, std::size_t V>
 XGRAD_TARGET_AVX2 void tiles_avx2(const TileRun& run) {
-  const float* a[R];
-  if (run.cols == 8 * V)
-    for (std::size_t i0 = run.first; i0 < run.end; i0 += R) tile_avx2_body<R, V, false>(tile_of<R>(run, i0, a));
-  else
-    for (std::size_t i0 = run.first; i0 < run.end; i0 += R) tile_avx2_body<R, V, true>(tile_of<R>(run, i0, a));
+  const bool whole = run.cols == 8 * V;
+  if (run.ks) whole ? tile_loop_avx2<R, V, false, true>(run) : tile_loop_avx2<R, V, true, true>(run);
+  else whole ? tile_loop_avx2<R, V, false, false>(run) : tile_loop_avx2<R, V, true, false>(run);
 }
 #undef XGRAD_UNROLL
 #undef XGRAD_ROUNDED
@@ -388,9 +415,11 @@ bool tiny_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float 
 // prefetchers do not foresee).
 void run_tiles(const Tiling& tl, const Blocking& bl, bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha,
                const float* A, std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C,
-               std::size_t ldc, const float* bias, std::size_t bpanel = 0) {
+               std::size_t ldc, const float* bias, std::size_t bpanel = 0, const std::size_t* rows = nullptr,
+               const std::size_t* ks = nullptr) {
+  if (ks && bpanel) throw std::logic_error("tiled_gemm: a k map with op(B) in panels");
   // N <= 16 <= bpanel: op(B) is one panel, rows bpanel apart
-  if (tiny_gemm(trans_a, M, N, K, alpha, A, lda, Bk, bpanel ? bpanel : ldb, beta, C, ldc, bias)) return;
+  if (!rows && !ks && tiny_gemm(trans_a, M, N, K, alpha, A, lda, Bk, bpanel ? bpanel : ldb, beta, C, ldc, bias)) return;
   const std::size_t R = tl.rows, W = tl.cols;
   const std::size_t ra = trans_a ? 1 : lda, ka = trans_a ? lda : 1;  // a_ik = A[i * ra + k * ka]
   const bool chunked = K > bl.chunk;
@@ -405,8 +434,11 @@ void run_tiles(const Tiling& tl, const Blocking& bl, bool trans_a, std::size_t M
       const std::size_t kn = std::min(kc, K - k0);
       for (std::size_t j0 = 0; j0 < N; j0 += W) {
         const std::size_t p1 = std::min(M, p0 + panel);
-        const float* b = bpanel ? Bk + j0 / bpanel * bpanel * K + k0 * bpanel + j0 % bpanel : Bk + k0 * ldb + j0;
-        TileRun run{A + k0 * ka, ra, ka, M, p0, p1, b, bpanel ? bpanel : ldb, kn, alpha, beta, C + j0, ldc,
+        const float* b = bpanel ? Bk + j0 / bpanel * bpanel * K + k0 * bpanel + j0 % bpanel
+                         : ks   ? Bk + j0
+                                : Bk + k0 * ldb + j0;
+        TileRun run{ks ? A : A + k0 * ka, ra, ka, M, p0, p1, rows, b, bpanel ? bpanel : ldb, kn, ks ? ks + k0 : nullptr,
+                    alpha, beta, C + j0, ldc,
                     std::min(W, N - j0), chunked ? partial.get() + j0 : nullptr, ldp, p0, k0 == 0, k0 + kn >= K,
                     bias ? bias + j0 : nullptr};
         // the panel's last tile, when it has at most tail_rows rows (only the product's last can), in a tail tile
@@ -528,21 +560,21 @@ std::size_t bpanel_width() { return path_tilings().bpanel; }
 
 void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                 std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc,
-                const float* bias) {
+                const float* bias, const std::size_t* rows, const std::size_t* ks) {
   if (M == 0 || N == 0) return;
   const Tilings& t = path_tilings();
-  run_tiles(tiling_for(t, M, N), t.blocking, trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias);
+  run_tiles(tiling_for(t, M, N), t.blocking, trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias, 0, rows, ks);
 }
 
 void tiled_gemm_bpanels(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                         std::size_t lda, const float* Bp, std::size_t width, float beta, float* C, std::size_t ldc,
-                        const float* bias) {
+                        const float* bias, const std::size_t* rows) {
   if (M == 0 || N == 0) return;
   const Tilings& t = path_tilings();
   const Tiling& tl = tiling_for(t, M, N);
   if (width == 0 || width % tl.cols != 0)
     throw std::logic_error("tiled_gemm_bpanels: the panel width is not a multiple of the tile width");
-  run_tiles(tl, t.blocking, trans_a, M, N, K, alpha, A, lda, Bp, 0, beta, C, ldc, bias, width);
+  run_tiles(tl, t.blocking, trans_a, M, N, K, alpha, A, lda, Bp, 0, beta, C, ldc, bias, width, rows);
 }
 
 void pack_bpanels(bool trans_b, std::size_t K, std::size_t N, const float* B, std::size_t ldb, float* dst,
