@@ -59,16 +59,18 @@ constexpr std::size_t kMinBlock = 256;
 constexpr std::size_t kMaxBlocks = 4;
 constexpr std::size_t kBlockAlign = 16;  // block lengths: multiples of the kernels' unrolling
 
-// gemm, every row of A as it comes.
+// gemm, every row of A as it comes; or, float32 on tiled_gemm with op(B) as rows (see
+// gemm_skipping_zero_rows), with a row map (rows, op(A) not transposed: row i of A and C is row
+// rows[i]) or a k map (ks: the k-th k of A and B is ks[k]).
 template <class T>
 void gemm_all_rows(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,
                    const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc,
-                   const T* bias) {
+                   const T* bias, const std::size_t* rows = nullptr, const std::size_t* ks = nullptr) {
   if (M == 0 || N == 0) return;
   if (K == 0) return empty_sum_gemm(M, N, beta, C, ldc, bias);
   blas_single_thread();  // also before the small path: any xgrad GEMM leaves OpenBLAS single-threaded (documented)
   if constexpr (std::is_same_v<T, float>)
-    if (small_gemm_fits(M, N, K))
+    if (small_gemm_fits(M, N, K) && !rows && !ks)
       return small_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
   // Mid-sized float32 products run xgrad's own micro-kernels (tiled_gemm), op(B) as rows: B
   // itself, or B^T packed once here; or, kPackBRows rows or more (gemm_packs_bpanels), op(B)
@@ -107,10 +109,15 @@ void gemm_all_rows(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std
     }
   // A block's rows of C, columns [n0, n0 + n): BLAS gets bias copied into them and beta 1.
   // (bpanels: bk = the block's first panel; column blocks start on whole panels.)
-  const auto one = [&](std::size_t m, std::size_t n, const T* a, const T* b, const T* bk, T* c, std::size_t n0) {
+  if ((rows && (!tiled || trans_a)) || (ks && (!tiled || bpanels || trans_b)))
+    throw std::logic_error("gemm: a row or k map without tiled_gemm on op(B) as rows");
+  // map: the block's row map (rows + its first row; then a and c are A and C's first column)
+  const auto one = [&](std::size_t m, std::size_t n, const T* a, const T* b, const T* bk, T* c, std::size_t n0,
+                       const std::size_t* map) {
     if constexpr (std::is_same_v<T, float>) {
-      if (bpanels) return tiled_gemm_bpanels(trans_a, m, n, K, alpha, a, lda, bk, width, beta, c, ldc, bias ? bias + n0 : nullptr);
-      if (tiled) return tiled_gemm(trans_a, m, n, K, alpha, a, lda, bk, ldk, beta, c, ldc, bias ? bias + n0 : nullptr);
+      const float* bn = bias ? bias + n0 : nullptr;
+      if (bpanels) return tiled_gemm_bpanels(trans_a, m, n, K, alpha, a, lda, bk, width, beta, c, ldc, bn, map);
+      if (tiled) return tiled_gemm(trans_a, m, n, K, alpha, a, lda, bk, ldk, beta, c, ldc, bn, map, ks);
     } else if (own_f64) {
       return tiled_gemm_f64_bpanels(trans_a, m, n, K, alpha, a, lda, bk, width, beta, c, ldc,
                                     bias ? bias + n0 : nullptr);
@@ -123,7 +130,7 @@ void gemm_all_rows(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std
   const bool by_rows = M >= N;
   const std::size_t len = by_rows ? M : N;
   const std::size_t blocks = std::clamp<std::size_t>(std::min(len / kMinBlock, M * N * K / kMinBlockWork), 1, kMaxBlocks);
-  if (blocks == 1) return one(M, N, A, B, Bk, C, 0);
+  if (blocks == 1) return one(M, N, A, B, Bk, C, 0, rows);
   const std::size_t align = (bpanels || own_f64) && !by_rows ? width : kBlockAlign;  // width: 8, 16 or 32
   // ceil(len / blocks) rounded up to align: at most `blocks` blocks (len / blocks rounded down
   // and then up could leave a last block of a few rows, e.g. 256 + 256 + 256 + 1 of 769)
@@ -132,10 +139,12 @@ void gemm_all_rows(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std
   parallel_for(count, step * (by_rows ? N : M) * K, [&](std::size_t begin, std::size_t end) {
     for (std::size_t blk = begin; blk < end; ++blk) {
       const std::size_t lo = blk * step, n = std::min(len, lo + step) - lo;
-      if (by_rows)
-        one(n, N, trans_a ? A + lo : A + lo * lda, B, Bk, C + lo * ldc, 0);
+      if (rows && by_rows)
+        one(n, N, A, B, Bk, C, 0, rows + lo);
+      else if (by_rows)
+        one(n, N, trans_a ? A + lo : A + lo * lda, B, Bk, C + lo * ldc, 0, nullptr);
       else
-        one(M, n, A, trans_b ? B + lo * ldb : B + lo, bpanels || own_f64 ? Bk + lo * K : Bk + lo, C + lo, lo);
+        one(M, n, A, trans_b ? B + lo * ldb : B + lo, bpanels || own_f64 ? Bk + lo * K : Bk + lo, C + lo, lo, rows);
     }
   });
 }
@@ -146,7 +155,8 @@ void gemm_all_rows(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std
 // row by row: in dX = dY W (A = dY) such a row of A gives a row of C that is alpha * 0, and in
 // dW = dY^T X (sum_outer: A = dY transposed) such a row of the stored A adds an exact +-0 to
 // every sum. float32 products of kSkipMinWork multiply-adds or more, at least 1/kSkipFraction
-// of whose rows are zero, run the other rows only (gathered into scratch), provided every
+// of whose rows are zero, run the other rows only (on tiled_gemm read and written in place
+// through a row or k map; for small_gemm and BLAS gathered into scratch), provided every
 // value of the other operand that the zero rows would have met is finite: 0 * inf and 0 * NaN
 // are NaN, so with an inf or NaN there the whole product runs and they propagate as in it.
 // Results: where the full and the reduced product both run xgrad's kernels (small_gemm,
@@ -256,17 +266,22 @@ bool gemm_skipping_zero_rows(bool trans_a, bool trans_b, std::size_t M, std::siz
     for (std::size_t r = 0; r < (trans_b ? N : K); ++r)  // op(B) meets every zero row whole
       if (!finite_row(B + r * ldb, trans_b ? K : N)) return false;
     const std::size_t m = kept.size();
-    auto a = aligned_buffer<float>(m * K), c = aligned_buffer<float>(m * N);
-    gather_rows(A, lda, kept, K, a.get());
-    if (m) gemm_all_rows<float>(false, trans_b, m, N, K, alpha, a.get(), K, B, ldb, 0.0f, c.get(), N, nullptr);
+    if (m && !small_gemm_fits(m, N, K) && tiled_gemm_fits(false, trans_b, m, N, K)) {  // the kept rows in place
+      gemm_all_rows<float>(false, trans_b, m, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, nullptr, kept.data());
+    } else if (m) {  // else gathered (small_gemm, BLAS)
+      auto a = aligned_buffer<float>(m * K), c = aligned_buffer<float>(m * N);
+      gather_rows(A, lda, kept, K, a.get());
+      gemm_all_rows<float>(false, trans_b, m, N, K, alpha, a.get(), K, B, ldb, 0.0f, c.get(), N, nullptr);
+      for (std::size_t i = 0; i < m; ++i) std::memcpy(C + kept[i] * ldc, c.get() + i * N, N * sizeof(float));
+    }
     const float zero = alpha * 0.0f;  // -0 for a negative alpha
-    ++t_zero_row_skips;
-    for (std::size_t i = 0, next = 0; i < M; ++i) {
+    for (std::size_t i = 0, next = 0; i < M; ++i) {  // the skipped rows
       float* ci = C + i * ldc;
-      if (next < m && kept[next] == i) std::memcpy(ci, c.get() + next++ * N, N * sizeof(float));
+      if (next < m && kept[next] == i) ++next;
       else if (zero == 0.0f && !std::signbit(zero)) std::memset(ci, 0, N * sizeof(float));  // glibc's, wider
       else std::fill_n(ci, N, zero);
     }
+    ++t_zero_row_skips;
     return true;
   }
   if (trans_b) return false;
@@ -278,10 +293,15 @@ bool gemm_skipping_zero_rows(bool trans_a, bool trans_b, std::size_t M, std::siz
     else if (!finite_row(B + k * ldb, N)) return false;
   }
   const std::size_t k2 = kept.size();
-  auto a = aligned_buffer<float>(k2 * M), b = aligned_buffer<float>(k2 * N);
-  gather_rows(A, lda, kept, M, a.get());
-  gather_rows(B, ldb, kept, N, b.get());
-  gemm_all_rows<float>(true, false, M, N, k2, alpha, a.get(), M, b.get(), N, beta, C, ldc, bias);
+  if (!small_gemm_fits(M, N, k2) && tiled_gemm_fits(true, false, M, N, k2) && !gemm_packs_bpanels(false, M)) {
+    // the kept k in place
+    gemm_all_rows<float>(true, false, M, N, k2, alpha, A, lda, B, ldb, beta, C, ldc, bias, nullptr, kept.data());
+  } else {  // else gathered (small_gemm, BLAS)
+    auto a = aligned_buffer<float>(k2 * M), b = aligned_buffer<float>(k2 * N);
+    gather_rows(A, lda, kept, M, a.get());
+    gather_rows(B, ldb, kept, N, b.get());
+    gemm_all_rows<float>(true, false, M, N, k2, alpha, a.get(), M, b.get(), N, beta, C, ldc, bias);
+  }
   ++t_zero_row_skips;
   return true;
 }
