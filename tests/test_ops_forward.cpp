@@ -1077,12 +1077,13 @@ BOOST_AUTO_TEST_CASE(float32_gemm_skips_rows_of_zeros_with_the_full_products_res
     std::size_t M, N, K;
   };
   // the reverse model's linear layers' input and weight gradients, its 11-column output
-  // layer, row lengths 97 and 79, one whose kept rows run in 2 blocks at 2 threads (tiled_gemm
-  // with a row map), and two that OpenBLAS runs on most paths (K 300; a 512 x 512 weight gradient)
-  const Case cases[] = {{false, false, 1024, 64, 192}, {false, false, 1024, 192, 64}, {false, true, 1024, 11, 64},
-                        {false, true, 300, 64, 97},    {true, false, 192, 64, 1024},  {true, false, 11, 64, 1024},
-                        {true, false, 79, 128, 600},   {false, false, 2048, 128, 128}, {false, false, 600, 300, 300},
-                        {true, false, 512, 512, 700}};
+  // layer, row lengths 97 and 79, two whose kept rows run in 2 blocks (tiled_gemm with a row
+  // map; 2,048 rows: blocks of rows, 600: of columns), and two that OpenBLAS runs on most paths
+  // (K 300; a 512 x 512 weight gradient)
+  const Case cases[] = {{false, false, 1024, 64, 192}, {false, false, 1024, 192, 64},  {false, true, 1024, 11, 64},
+                        {false, true, 300, 64, 97},    {true, false, 192, 64, 1024},   {true, false, 11, 64, 1024},
+                        {true, false, 79, 128, 600},   {false, false, 2048, 128, 128}, {false, false, 600, 512, 128},
+                        {false, false, 600, 300, 300}, {true, false, 512, 512, 700}};
   const auto padded = [](std::size_t r) { return r % 16 >= 1 + (r / 16 * 7) % 16; };
   const auto same = [](float x, float y) { return std::memcmp(&x, &y, sizeof x) == 0 || (std::isnan(x) && std::isnan(y)); };
   BOOST_TEST(padded(9));
