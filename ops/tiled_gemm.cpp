@@ -417,7 +417,8 @@ void run_tiles(const Tiling& tl, const Blocking& bl, bool trans_a, std::size_t M
                const float* A, std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C,
                std::size_t ldc, const float* bias, std::size_t bpanel = 0, const std::size_t* rows = nullptr,
                const std::size_t* ks = nullptr) {
-  if (ks && bpanel) throw std::logic_error("tiled_gemm: a k map with op(B) in panels");
+  if ((ks && bpanel) || (rows && trans_a))
+    throw std::logic_error("tiled_gemm: a k map with op(B) in panels, or a row map with op(A) transposed");
   // N <= 16 <= bpanel: op(B) is one panel, rows bpanel apart
   if (!rows && !ks && tiny_gemm(trans_a, M, N, K, alpha, A, lda, Bk, bpanel ? bpanel : ldb, beta, C, ldc, bias)) return;
   const std::size_t R = tl.rows, W = tl.cols;
