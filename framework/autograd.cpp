@@ -274,9 +274,10 @@ struct Graph {
 
 Graph discover(const std::vector<Tensor>& outputs) {
   Graph graph;
-  std::vector<Tensor> stack(outputs.begin(), outputs.end());
+  std::vector<Tensor> stack;  // each output once: a repeated one's node counted twice left its inputs never ready
   std::unordered_set<Key> seen;
-  for (const auto& y : outputs) seen.insert(key_of(y));
+  for (const auto& y : outputs)
+    if (seen.insert(key_of(y)).second) stack.push_back(y);
   while (!stack.empty()) {
     Tensor t = std::move(stack.back());
     stack.pop_back();

@@ -1,5 +1,7 @@
 // The backward engine: accumulation, shared subgraphs, long chains, graph lifetime,
 // grad modes, functional grad, and gradcheck's own ability to catch wrong gradients.
+#include <array>
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <thread>
@@ -203,6 +205,21 @@ BOOST_AUTO_TEST_CASE(explicit_upstream_gradient_and_multiple_outputs) {
   Tensor y1 = mul_scalar(x, 3), y2 = mul(x, x);
   backward({y1, y2}, {test::f64({1, 10}, {2}), test::f64({1, 1}, {2})});
   BOOST_TEST(allclose(x.grad(), {3 + 2, 30 + 4}));
+}
+
+// The same output given twice (backward or grad over {y, y}): both seeds reach x. (Before,
+// the repeated output's node was counted twice as a consumer and x never became ready: no
+// gradient at all, silently.)
+BOOST_AUTO_TEST_CASE(an_output_given_twice_gets_both_seeds) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = mul_scalar(x, 3);
+  const Tensor g1 = test::f64({1, 10}, {2}), g2 = test::f64({100, 1000}, {2});
+  backward({y, y}, {g1, g2}, true);
+  BOOST_TEST(allclose(x.grad(), {303, 3030}));
+  auto g = grad({y, y}, {x}, {g1, g2});
+  BOOST_TEST(allclose(g[0], {303, 3030}));
+  BOOST_TEST(allclose(g1, {1, 10}, 0, 0));  // the seeds as given
+  BOOST_TEST(allclose(g2, {100, 1000}, 0, 0));
 }
 
 BOOST_AUTO_TEST_CASE(graph_is_freed_with_its_last_handle) {
