@@ -222,6 +222,36 @@ BOOST_AUTO_TEST_CASE(an_output_given_twice_gets_both_seeds) {
   BOOST_TEST(allclose(g2, {100, 1000}, 0, 0));
 }
 
+// The engine sums a tensor's gradient contributions in place when nothing else can see the
+// running sum (autograd.cpp, accumulate_in_place). A sum that is someone's tensor is never
+// written: add's upstream gradient, which its backward hands to both inputs, or the user's
+// tensors. Values against sums derived by hand; the in-place sums against create_graph's
+// recorded adds, bit for bit.
+BOOST_AUTO_TEST_CASE(gradient_sums_in_place_never_write_a_tensor_held_elsewhere) {
+  // z = sum(add(b, c) u) + sum(exp(b) v), b = 2a, c = 5a: add passes one tensor (g u) to b and
+  // c, and b gets exp's contribution too. dz/db = u + v e^b, dz/dc = u, dz/da = 2 dz/db + 5 u.
+  const std::vector<double> av = {0.5, -1};
+  Tensor a = leaf(av, {2});
+  const Tensor u = test::f64({1, 2}, {2}), v = test::f64({3, 4}, {2});
+  auto build = [&] {
+    Tensor b = mul_scalar(a, 2), c = mul_scalar(a, 5);
+    return std::array<Tensor, 3>{add(sum(mul(add(b, c), u)), sum(mul(exp(b), v))), b, c};
+  };
+  const std::vector<double> db = {1 + 3 * std::exp(1.0), 2 + 4 * std::exp(-2.0)};
+  auto [z, b, c] = build();
+  auto g = grad({z}, {b, c, a});
+  BOOST_TEST(allclose(g[0], db));
+  BOOST_TEST(allclose(g[1], {1, 2}));
+  BOOST_TEST(allclose(g[2], {2 * db[0] + 5, 2 * db[1] + 10}));
+  BOOST_TEST(allclose(u, {1, 2}, 0, 0));
+  auto [z2, b2, c2] = build();
+  auto recorded = grad({z2}, {b2, c2, a}, {}, GradOptions{false, true, false});
+  for (int i = 0; i < 3; ++i) BOOST_TEST(allclose(g[i], recorded[i], 0, 0));
+  z = build()[0];
+  z.backward();
+  BOOST_TEST(allclose(a.grad(), g[2], 0, 0));
+}
+
 BOOST_AUTO_TEST_CASE(graph_is_freed_with_its_last_handle) {
   Tensor x = leaf({1, 2}, {2});
   std::weak_ptr<Node> node;
