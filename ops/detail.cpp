@@ -59,7 +59,15 @@ constexpr std::size_t kMinBlock = 256;
 constexpr std::size_t kMaxBlocks = 4;
 constexpr std::size_t kBlockAlign = 16;  // block lengths: multiples of the kernels' unrolling
 
-// gemm, every row of A as it comes; or, float32 on tiled_gemm with op(B) as rows (see
+// Whether gemm_all_rows<float> runs an M x N x K product on tiled_gemm such that it takes a
+// row map (op(A) not transposed; op(B) as rows or in panels) or a k map (op(A) transposed, op(B)
+// not, as rows): its routing below.
+bool tiled_takes_map(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K) {
+  if (small_gemm_fits(M, N, K) || !tiled_gemm_fits(trans_a, trans_b, M, N, K)) return false;
+  return !trans_a || (!trans_b && !gemm_packs_bpanels(trans_b, M));
+}
+
+// gemm, every row of A as it comes; or, float32 on tiled_gemm (tiled_takes_map; see
 // gemm_skipping_zero_rows), with a row map (rows, op(A) not transposed: row i of A and C is row
 // rows[i]) or a k map (ks: the k-th k of A and B is ks[k]).
 template <class T>
@@ -266,7 +274,7 @@ bool gemm_skipping_zero_rows(bool trans_a, bool trans_b, std::size_t M, std::siz
     for (std::size_t r = 0; r < (trans_b ? N : K); ++r)  // op(B) meets every zero row whole
       if (!finite_row(B + r * ldb, trans_b ? K : N)) return false;
     const std::size_t m = kept.size();
-    if (m && !small_gemm_fits(m, N, K) && tiled_gemm_fits(false, trans_b, m, N, K)) {  // the kept rows in place
+    if (m && tiled_takes_map(false, trans_b, m, N, K)) {  // the kept rows in place
       gemm_all_rows<float>(false, trans_b, m, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, nullptr, kept.data());
     } else if (m) {  // else gathered (small_gemm, BLAS)
       auto a = aligned_buffer<float>(m * K), c = aligned_buffer<float>(m * N);
@@ -293,8 +301,7 @@ bool gemm_skipping_zero_rows(bool trans_a, bool trans_b, std::size_t M, std::siz
     else if (!finite_row(B + k * ldb, N)) return false;
   }
   const std::size_t k2 = kept.size();
-  if (!small_gemm_fits(M, N, k2) && tiled_gemm_fits(true, false, M, N, k2) && !gemm_packs_bpanels(false, M)) {
-    // the kept k in place
+  if (tiled_takes_map(true, false, M, N, k2)) {  // the kept k in place
     gemm_all_rows<float>(true, false, M, N, k2, alpha, A, lda, B, ldb, beta, C, ldc, bias, nullptr, kept.data());
   } else {  // else gathered (small_gemm, BLAS)
     auto a = aligned_buffer<float>(k2 * M), b = aligned_buffer<float>(k2 * N);
