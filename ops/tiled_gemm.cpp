@@ -8,8 +8,9 @@
 // OpenBLAS spends ~3,000 instructions per call around them (argument checks, buffer set-up,
 // packing both operands into its panels), and the reverse model's training step makes 3,072
 // such calls (its attention heads: T = S = D = 16). With every dimension <= kSmallGemmMax the
-// product runs here (small_gemm) instead; on the AVX-512 path one of at most 16 x 16 (any K)
-// runs in one pass over k, a register per row (tiny_gemm_avx512), without run_tiles' blocking.
+// product runs here (small_gemm) instead; one of at most 16 x 16 (any K) without run_tiles'
+// blocking (tiny_gemm): on the AVX-512 path in one pass over k, a register per row
+// (tiny_gemm_avx512), on the AVX2 one in row groups of 6 (tiny_gemm_avx2).
 // Attention heads (ops/attention.cpp): 64 query rows against up to S keys with K = D (scores),
 // or against D columns with K = S (P V): OpenBLAS re-packs both operands on every call, ran
 // these at 57-88 GFLOP/s on an AVX-512 Xeon against 176 for one large product, and packing was
@@ -254,7 +255,11 @@ XGRAD_TARGET_AVX512 void tiny_gemm_avx512(bool trans_a, std::size_t M, std::size
   const __mmask16 m = __mmask16((1u << N) - 1);  // lanes l < N
   const std::size_t ra = trans_a ? 1 : lda, ka = trans_a ? lda : 1;  // a_ik = A[i * ra + k * ka]
   const float* ar[R];
-  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) ar[r] = A + std::min(r, M - 1) * ra;  // rows past M - 1 repeat it
+  const float* row = A;  // rows past M - 1 repeat it (a running pointer: min(r, M - 1) ra was vectorized into
+  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {  // 64-bit multiplies, ~7% of a 16 x 16 x 16 product)
+    ar[r] = row;
+    if (r + 1 < M) row += ra;
+  }
   __m512 acc[R];
   XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const float* b = Bk;
@@ -340,6 +345,36 @@ XGRAD_TARGET_AVX2 void tiles_avx2(const TileRun& run) {
   if (run.ks) whole ? tile_loop_avx2<R, V, false, true>(run) : tile_loop_avx2<R, V, true, true>(run);
   else whole ? tile_loop_avx2<R, V, false, false>(run) : tile_loop_avx2<R, V, true, false>(run);
 }
+// The AVX2 path's tiny_gemm: rows in groups of 6 (12 of the 16 ymm registers accumulate), the
+// last group of 4 when at most 4 rows are left, each group one pass over k through
+// tile_avx2_body, without run_tiles' blocking and per-tile set-up (the reverse model's 16 x 16 x 16
+// head products: 3 tiles of 12 or 8 chains instead of 4 of 8; 144 -> 116 ns a product and the
+// dense step ~2% faster, paired on the Xeon's AVX2 path). Rows past M - 1 repeat it.
+template <std::size_t R>
+XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tiny_rows_avx2(std::size_t i0, std::size_t M, std::size_t N,
+                                                                            const TileArgs& proto, const float* A,
+                                                                            std::size_t ra, float* C, std::size_t ldc) {
+  const float* a[R];
+  float* c[R];
+  const float* row = A + i0 * ra;
+  float* crow = C + i0 * ldc;
+  XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) {
+    a[r] = row, c[r] = crow;
+    if (i0 + r + 1 < M) row += ra, crow += ldc;
+  }
+  TileArgs t = proto;
+  t.a = a, t.c = c, t.rows = std::min(R, M - i0);
+  N == 16 ? tile_avx2_body<R, 2, false, false>(t) : tile_avx2_body<R, 2, true, false>(t);
+}
+XGRAD_TARGET_AVX2 void tiny_gemm_avx2(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha,
+                                      const float* A, std::size_t lda, const float* Bk, std::size_t ldb, float beta,
+                                      float* C, std::size_t ldc, const float* bias) {
+  const std::size_t ra = trans_a ? 1 : lda, ka = trans_a ? lda : 1;  // a_ik = A[i * ra + k * ka]
+  const TileArgs proto{nullptr, ka, Bk, ldb, K, nullptr, alpha, beta, nullptr, 0, N, nullptr, 0, true, true, bias};
+  for (std::size_t i0 = 0; i0 < M;)
+    if (M - i0 > 4) tiny_rows_avx2<6>(i0, M, N, proto, A, ra, C, ldc), i0 += 6;
+    else tiny_rows_avx2<4>(i0, M, N, proto, A, ra, C, ldc), i0 += 4;
+}
 #undef XGRAD_UNROLL
 #undef XGRAD_ROUNDED
 #endif
@@ -366,8 +401,8 @@ constexpr Blocking kBlocking_narrow{128, kPanelRows * 128}, kBlocking_wide_k{204
 // (fewer rows of a tail tile wasted), yet 8 accumulators (AVX-512 8 x 16, AVX2 4 x 16): with
 // K = 16 a tile is a chain of 16 dependent multiply-adds per accumulator, and 4 of them left
 // the FMA units idle half the time (the reverse model's six 16 x 16 x 16 head products,
-// BM_head_gemms: 612 ns with AVX-512 4 x 16 tiles, 519 with 8 x 16, on a Zen 5; on AVX-512 these
-// now run tiny_gemm_avx512, 16 chains at once); large: as many
+// BM_head_gemms: 612 ns with AVX-512 4 x 16 tiles, 519 with 8 x 16, on a Zen 5; these now run
+// tiny_gemm: 16 chains at once on AVX-512, 12 on AVX2); large: as many
 // accumulators as the registers hold (AVX-512 8 x 32: 16 of 32 zmm; AVX2 6 x 16: 12 of 16
 // ymm); narrow: the same for N <= 16. bpanel: the path's column-panel width (bpanel_width), its
 // widest tile's W, so that a tile's column block of op(B) is one contiguous stretch (AVX2's
@@ -390,14 +425,17 @@ const Tilings kTilings_avx2{{tiles_avx2<4, 2>, 4, 16},
 const Tilings kTilings_baseline{{tiles_baseline<4, 16>, 4, 16}, {tiles_baseline<4, 16>, 4, 16},
                                 {tiles_baseline<4, 16>, 4, 16}, kBlocking_narrow, 16};
 
-// Runs the product on tiny_gemm_avx512 when it fits (at most 16 rows and 16 columns, the
-// AVX-512 path) and says whether it did; Bk as rows, row stride ldb. run_tiles' first step, so
+// Runs the product on tiny_gemm_avx512 or tiny_gemm_avx2 when it fits (at most 16 rows and 16
+// columns, either path) and says whether it did; Bk as rows, row stride ldb. run_tiles' first step, so
 // every entry point (tiled_gemm, tiled_gemm_bpanels, small_gemm) takes it.
 bool tiny_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc,
                const float* bias) {
 #ifdef XGRAD_TILED_GEMM_X86
-  if (M == 0 || M > 16 || N == 0 || N > 16 || cpu_path() != CpuPath::Avx512) return false;
+  if (M == 0 || M > 16 || N == 0 || N > 16) return false;
+  const CpuPath path = cpu_path();
+  if (path == CpuPath::Avx2) return tiny_gemm_avx2(trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias), true;
+  if (path != CpuPath::Avx512) return false;
   if (M <= 8) tiny_gemm_avx512<8>(trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias);
   else tiny_gemm_avx512<16>(trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias);
   return true;
