@@ -345,8 +345,8 @@ BOOST_AUTO_TEST_CASE(float32_attention_is_the_same_bits_on_the_avx2_and_avx512_p
   BOOST_TEST(compared == 38u);
 }
 
-// Rows of at most 16 keys run their own kernels on the AVX-512 path (one register a row;
-// ops/attention.cpp) and the head products their own (tiny_gemm_avx512), rows and products of
+// Rows of at most 16 keys run their own kernels on the AVX-512 and AVX2 paths (one register a
+// row, or two; ops/attention.cpp) and the head products their own (tiny_gemm), rows and products of
 // more the generic ones. Both give the same bits, on every CPU path: c keys against the same c
 // keys followed by 17 - c masked ones (a bool mask, or -inf in an additive one; then the rows
 // have 17 keys and take the generic kernels, and the masked keys add exact zeros). Output and
