@@ -139,7 +139,8 @@ XGRAD_ISA_KERNEL(layer_norm_backward_rows_f32,
                   std::size_t R, std::size_t N, float* dx, float* dw, float* db),
                  (x, w, g, mean, rstd, R, N, dx, dw, db))
 #ifdef XGRAD_AVX512_ROWS
-// Rows of a multiple of 16 on the AVX-512 path (the reverse model's E = 64), 16 lanes a
+// Rows of a multiple of 16 on the AVX-512 path (the reverse model's E = 64; the AVX2 path's
+// variants follow), 16 lanes a
 // register: the generic loops above, compiled for AVX-512, fold each row's lane sums through
 // the stack (scalar adds, store-forwarding stalls). These do the same operations in the same
 // order (lane_sum's lanes, then its halves 8, 4, 2, 1), so they give the same bits (test
@@ -225,6 +226,95 @@ XGRAD_TARGET_AVX512 void layer_norm_backward_rows_avx512(const float* x, const f
     }
   }
 }
+
+// The same two kernels on the AVX2 path, the 16 lanes in two registers (lanes 0-7: lo, 8-15:
+// hi), every statement above written once per half; lane_halves16's first fold is then lo + hi.
+// Same bits (the test above). Against the generic loops on AVX2 (~6% of the reverse model's
+// dense step), paired in one process on the Xeon's AVX2 path: the step 2.7% faster dense, 2.3%
+// with the padding skipped.
+XGRAD_TARGET_AVX2 inline float lane_halves16_avx2(__m256 lo, __m256 hi) {
+  const __m256 s8 = lo + hi;
+  const __m128 s4 = __builtin_shufflevector(s8, s8, 0, 1, 2, 3) + __builtin_shufflevector(s8, s8, 4, 5, 6, 7);
+  const float s2[2] = {s4[0] + s4[2], s4[1] + s4[3]};
+  return s2[0] + s2[1];
+}
+XGRAD_TARGET_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+
+XGRAD_TARGET_AVX2 void layer_norm_rows_avx2(const float* x, const float* w, const float* b, std::size_t R,
+                                            std::size_t N, float eps, float* y, float* mean, float* rstd) {
+  const float inv_n = 1.0f / float(N);
+  for (std::size_t r = 0; r < R; ++r) {
+    const float* xr = x + r * N;
+    float* yr = y + r * N;
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    for (std::size_t i = 0; i < N; i += 16) lo += load8(xr + i), hi += load8(xr + i + 8);  // mean
+    const float m = lane_halves16_avx2(lo, hi) * inv_n;
+    const __m256 vm = _mm256_set1_ps(m);
+    lo = hi = _mm256_setzero_ps();
+    for (std::size_t i = 0; i < N; i += 16) {  // variance: d d, then into the lanes
+      const __m256 dl = load8(xr + i) - vm, dh = load8(xr + i + 8) - vm;
+      const __m256 ddl = dl * dl, ddh = dh * dh;
+      lo += ddl;
+      hi += ddh;
+    }
+    const float v = lane_halves16_avx2(lo, hi) * inv_n;
+    const float s = 1.0f / std::sqrt(v + eps);
+    const __m256 vs = _mm256_set1_ps(s);
+    for (std::size_t i = 0; i < N; i += 8) {  // y, one expression per affine variant
+      const __m256 xi = load8(xr + i);
+      __m256 out;
+      if (w && b) out = (xi - vm) * vs * load8(w + i) + load8(b + i);
+      else if (w) out = (xi - vm) * vs * load8(w + i);
+      else if (b) out = (xi - vm) * vs + load8(b + i);
+      else out = (xi - vm) * vs;
+      _mm256_storeu_ps(yr + i, out);
+    }
+    mean[r] = m;
+    rstd[r] = s;
+  }
+}
+
+XGRAD_TARGET_AVX2 void layer_norm_backward_rows_avx2(const float* x, const float* w, const float* g,
+                                                     const float* mean, const float* rstd, std::size_t R,
+                                                     std::size_t N, float* dx, float* dw, float* db) {
+  if (dw) std::fill_n(dw, N, 0.0f);
+  if (db) std::fill_n(db, N, 0.0f);
+  const float inv_n = 1.0f / float(N);
+  for (std::size_t r = 0; r < R; ++r) {
+    const float* xr = x + r * N;
+    const float* gr = g + r * N;
+    const __m256 vm = _mm256_set1_ps(mean[r]), vs = _mm256_set1_ps(rstd[r]);
+    __m256 acc_a[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, acc_c[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (std::size_t i = 0; i < N; i += 16)
+      for (std::size_t q = 0; q < 2; ++q) {  // the lo and hi halves of lanes i .. i + 15
+        const std::size_t at = i + 8 * q;
+        const __m256 gi = load8(gr + at), xi = load8(xr + at);
+        if (dw) _mm256_storeu_ps(dw + at, load8(dw + at) + gi * ((xi - vm) * vs));  // dw_i += g xhat
+        if (db) _mm256_storeu_ps(db + at, load8(db + at) + gi);
+        __m256 gw = gi;
+        if (w) {
+          gw = gi * load8(w + at);
+          XGRAD_ROUNDED(gw);
+        }
+        acc_a[q] += gw;
+        const __m256 gx = gw * ((xi - vm) * vs);  // c's lane: gw xhat, then into the lanes
+        acc_c[q] += gx;
+      }
+    if (!dx) continue;
+    const float a = lane_halves16_avx2(acc_a[0], acc_a[1]) * inv_n, c = lane_halves16_avx2(acc_c[0], acc_c[1]) * inv_n;
+    const __m256 va = _mm256_set1_ps(a), vc = _mm256_set1_ps(c);
+    float* dxr = dx + r * N;
+    for (std::size_t i = 0; i < N; i += 8) {  // dx_i = rstd (gw_i - a - xhat_i c)
+      const __m256 xi = load8(xr + i);
+      __m256 gw = load8(gr + i);
+      if (w) {
+        gw = gw * load8(w + i);
+        XGRAD_ROUNDED(gw);
+      }
+      _mm256_storeu_ps(dxr + i, vs * (gw - va - ((xi - vm) * vs) * vc));
+    }
+  }
+}
 #undef XGRAD_ROUNDED
 #endif
 
@@ -232,7 +322,9 @@ template <class T>
 void forward_rows(const T* x, const T* w, const T* b, std::size_t R, std::size_t N, T eps, T* y, T* mean, T* rstd) {
 #ifdef XGRAD_AVX512_ROWS
   if constexpr (std::is_same_v<T, float>)
-    if (N % 16 == 0 && cpu_path() == CpuPath::Avx512) return layer_norm_rows_avx512(x, w, b, R, N, eps, y, mean, rstd);
+    if (N % 16 == 0 && cpu_path() != CpuPath::Baseline)
+      return cpu_path() == CpuPath::Avx512 ? layer_norm_rows_avx512(x, w, b, R, N, eps, y, mean, rstd)
+                                           : layer_norm_rows_avx2(x, w, b, R, N, eps, y, mean, rstd);
 #endif
   if constexpr (std::is_same_v<T, float>) layer_norm_rows_f32(x, w, b, R, N, eps, y, mean, rstd);
   else layer_norm_rows<T>(x, w, b, R, N, eps, y, mean, rstd);
@@ -242,8 +334,9 @@ void backward_rows(const T* x, const T* w, const T* g, const T* mean, const T* r
                    T* dx, T* dw, T* db) {
 #ifdef XGRAD_AVX512_ROWS
   if constexpr (std::is_same_v<T, float>)
-    if (N % 16 == 0 && cpu_path() == CpuPath::Avx512)
-      return layer_norm_backward_rows_avx512(x, w, g, mean, rstd, R, N, dx, dw, db);
+    if (N % 16 == 0 && cpu_path() != CpuPath::Baseline)
+      return cpu_path() == CpuPath::Avx512 ? layer_norm_backward_rows_avx512(x, w, g, mean, rstd, R, N, dx, dw, db)
+                                           : layer_norm_backward_rows_avx2(x, w, g, mean, rstd, R, N, dx, dw, db);
 #endif
   if constexpr (std::is_same_v<T, float>) layer_norm_backward_rows_f32(x, w, g, mean, rstd, R, N, dx, dw, db);
   else layer_norm_backward_rows<T>(x, w, g, mean, rstd, R, N, dx, dw, db);
