@@ -179,7 +179,8 @@ void gemm_all_rows(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std
 constexpr std::size_t kSkipMinWork = std::size_t(1) << 18, kSkipFraction = 8;
 
 // Row scans, on the floats' bits: +-0 is 0 without the sign bit, inf and NaN have every
-// exponent bit set. 16 (AVX-512) or 8 (AVX2) floats a compare; a row stops at its first hit.
+// exponent bit set. 16 (AVX-512) or 8 (AVX2) floats a compare; a row stops at the first block
+// of four compares with a hit.
 constexpr std::uint32_t kMagnitude = 0x7fffffffu, kExponent = 0x7f800000u;
 std::uint64_t bits2(const float* p) {
   std::uint64_t w;
@@ -198,36 +199,63 @@ bool finite_row_baseline(const float* p, std::size_t n) {
   return true;
 }
 #ifdef XGRAD_GEMM_X86
+// The vector variants test four vectors at a time (their OR: one test and one branch per four
+// loads, which then overlap; the zero scans one at a time ran at ~20 GB/s in the reverse
+// model's dense step, which this takes 0.4% (AVX2 path) to 1% (AVX-512) faster, paired), then
+// one at a time, then the tail.
 XGRAD_TARGET_AVX512 inline bool zero_row_avx512(const float* p, std::size_t n) {
   const __m512i mag = _mm512_set1_epi32(int(kMagnitude));
   std::size_t j = 0;
+  for (; j + 64 <= n; j += 64) {
+    const __m512i v = _mm512_or_si512(_mm512_or_si512(_mm512_loadu_si512(p + j), _mm512_loadu_si512(p + j + 16)),
+                                      _mm512_or_si512(_mm512_loadu_si512(p + j + 32), _mm512_loadu_si512(p + j + 48)));
+    if (_mm512_test_epi32_mask(v, mag)) return false;
+  }
   for (; j + 16 <= n; j += 16)
     if (_mm512_test_epi32_mask(_mm512_loadu_si512(p + j), mag)) return false;
   const __mmask16 t = __mmask16((1u << (n - j)) - 1);
   return !_mm512_mask_test_epi32_mask(t, _mm512_maskz_loadu_epi32(t, p + j), mag);
 }
+XGRAD_TARGET_AVX512 inline __mmask16 exponent_hits_avx512(const float* p, __m512i e) {
+  return _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_loadu_si512(p), e), e);
+}
 XGRAD_TARGET_AVX512 bool finite_row_avx512(const float* p, std::size_t n) {
   const __m512i e = _mm512_set1_epi32(int(kExponent));
   std::size_t j = 0;
+  for (; j + 64 <= n; j += 64)
+    if (exponent_hits_avx512(p + j, e) | exponent_hits_avx512(p + j + 16, e) | exponent_hits_avx512(p + j + 32, e) |
+        exponent_hits_avx512(p + j + 48, e))
+      return false;
   for (; j + 16 <= n; j += 16)
-    if (_mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_loadu_si512(p + j), e), e)) return false;
+    if (exponent_hits_avx512(p + j, e)) return false;
   const __mmask16 t = __mmask16((1u << (n - j)) - 1);
   return !_mm512_mask_cmpeq_epi32_mask(t, _mm512_and_si512(_mm512_maskz_loadu_epi32(t, p + j), e), e);
 }
+XGRAD_TARGET_AVX2 inline __m256i load8i(const float* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 XGRAD_TARGET_AVX2 inline bool zero_row_avx2(const float* p, std::size_t n) {
   const __m256i mag = _mm256_set1_epi32(int(kMagnitude));
   std::size_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    const __m256i v = _mm256_or_si256(_mm256_or_si256(load8i(p + j), load8i(p + j + 8)),
+                                      _mm256_or_si256(load8i(p + j + 16), load8i(p + j + 24)));
+    if (!_mm256_testz_si256(v, mag)) return false;
+  }
   for (; j + 8 <= n; j += 8)
-    if (!_mm256_testz_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j)), mag)) return false;
+    if (!_mm256_testz_si256(load8i(p + j), mag)) return false;
   return zero_row_baseline(p + j, n - j);
+}
+XGRAD_TARGET_AVX2 inline __m256i exponent_hits_avx2(const float* p, __m256i e) {
+  return _mm256_cmpeq_epi32(_mm256_and_si256(load8i(p), e), e);
 }
 XGRAD_TARGET_AVX2 bool finite_row_avx2(const float* p, std::size_t n) {
   const __m256i e = _mm256_set1_epi32(int(kExponent));
   std::size_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const __m256i v = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j)), e);
-    if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(v, e))) return false;
-  }
+  for (; j + 32 <= n; j += 32)
+    if (_mm256_movemask_epi8(_mm256_or_si256(_mm256_or_si256(exponent_hits_avx2(p + j, e), exponent_hits_avx2(p + j + 8, e)),
+                                             _mm256_or_si256(exponent_hits_avx2(p + j + 16, e), exponent_hits_avx2(p + j + 24, e)))))
+      return false;
+  for (; j + 8 <= n; j += 8)
+    if (_mm256_movemask_epi8(exponent_hits_avx2(p + j, e))) return false;
   return finite_row_baseline(p + j, n - j);
 }
 #endif
