@@ -608,6 +608,9 @@ void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float
                 std::size_t lda, const float* Bk, std::size_t ldb, float beta, float* C, std::size_t ldc,
                 const float* bias, const std::size_t* rows, const std::size_t* ks) {
   if (M == 0 || N == 0) return;
+  // tiny products (attention heads) before run_tiles' set-up: ~6 ns of a 16 x 16 x 16 product's
+  // ~85 (AVX-512), paired
+  if (!rows && !ks && tiny_gemm(trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias)) return;
   const Tilings& t = path_tilings();
   run_tiles(tiling_for(t, M, N), t.blocking, trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias, 0, rows, ks);
 }
