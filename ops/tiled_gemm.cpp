@@ -56,10 +56,6 @@ namespace {
 // One tile's work. The tile of C: row r at c[r], rows r < rows <= R, columns l < cols <= W:
 //   acc_rl = sum_k a[r][k' * ka] b[k' * ldb + l]   in order of k; k' = k, or ks[k] with a k map;
 //                                                  b: cols readable columns a row
-// A k map comes as the element offsets of each k', koff[2 k] = k' ka and koff[2 k + 1] = k' ldb,
-// computed once per product (run_tiles): two 64-bit multiplies a k in the loop take issue slots
-// of the FMA ports on Intel cores (the reverse model's dense step ran 2.1% (AVX-512) and 2.7%
-// (AVX2 path) slower with them, process-alternating runs on a Xeon).
 //   c_rl   = alpha acc_rl                          beta == 0: C is not read
 //   c_rl   = alpha acc_rl + beta c_rl              beta != 0: both products rounded, then the sum
 //   c_rl   = alpha acc_rl + bias[l]                bias given (beta 0): the product rounded, then the sum
@@ -67,6 +63,10 @@ namespace {
 // floats at partial (row stride ldp) unless first, and unless last ends there, raw, instead of
 // in C. A float32 sum carried on from its stored value is the same chain of roundings, so the
 // chunks do not change a bit.
+// A k map comes as the element offsets of each k', koff[2 k] = k' ka and koff[2 k + 1] = k' ldb,
+// computed once per product (run_tiles): two 64-bit multiplies a k in the loop take issue slots
+// of the FMA ports on Intel cores (the reverse model's dense step ran 2.1% (AVX-512) and 2.7%
+// (AVX2 path) slower with them, process-alternating runs on a Xeon).
 struct TileArgs {
   const float* const* a;
   std::size_t ka;
