@@ -139,6 +139,9 @@ void BM_mha_gemms(benchmark::State& state, MhaConfig c, bool heads, bool xgrad_g
                      dctx(sz(N) * E), dwout(sz(E) * E), dp(sz(T) * S), dqkv(sz(N) * E3),
                      dx(sz(N) * E), dwin(sz(E3) * E);
   for (float& v : p) v = 1.0f / float(S);
+  // Without the heads nothing writes ctx and dqkv: random, like the rest, not zeros that
+  // gemm<float> would skip as rows of exact zeros (ops/detail.cpp) where cblas computes them.
+  if (!heads) ctx = random_vector(sz(N) * E, 5), dqkv = random_vector(sz(N) * E3, 6);
   const auto gemm = [xgrad_gemm](CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float* a,
                                  int lda, const float* b, int ldb, float* out, int ldc) {
     if (xgrad_gemm)
