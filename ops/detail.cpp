@@ -278,8 +278,12 @@ using RowTest = bool (*)(const float*, std::size_t);
 // kept = the indices of the rows of R x n (row stride ld) that are not all zero; false when
 // fewer than R / kSkipFraction rows are zero: nothing worth skipping.
 bool nonzero_rows(const float* p, std::size_t R, std::size_t n, std::size_t ld, std::vector<std::size_t>& kept) {
-  kept.resize(R);
-  kept.resize(XGRAD_ISA_SELECT(nonzero_rows)(p, R, n, ld, kept.data()));
+  if (const std::vector<std::size_t>* known = scoped_nonzero_rows(p, R, n, ld)) {
+    kept = *known;
+  } else {
+    kept.resize(R);
+    kept.resize(XGRAD_ISA_SELECT(nonzero_rows)(p, R, n, ld, kept.data()));
+  }
   const std::size_t zeros = R - kept.size();
   return zeros != 0 && zeros * kSkipFraction >= R;
 }
@@ -343,6 +347,26 @@ bool gemm_skipping_zero_rows(bool trans_a, bool trans_b, std::size_t M, std::siz
 }  // namespace
 
 std::size_t gemm_zero_row_skips() noexcept { return t_zero_row_skips; }
+
+namespace {
+thread_local ZeroRowsScope* t_zero_rows_scope = nullptr;  // the innermost on this thread
+}
+ZeroRowsScope::ZeroRowsScope(const float* p, std::size_t rows, std::size_t cols) noexcept
+    : p_(p), rows_(rows), cols_(cols), outer_(t_zero_rows_scope) {
+  t_zero_rows_scope = this;
+}
+ZeroRowsScope::~ZeroRowsScope() { t_zero_rows_scope = outer_; }
+const std::vector<std::size_t>* scoped_nonzero_rows(const float* p, std::size_t rows, std::size_t cols,
+                                                    std::size_t ld) {
+  ZeroRowsScope* const s = t_zero_rows_scope;
+  if (!s || !p || s->p_ != p || s->rows_ != rows || s->cols_ != cols || ld != cols) return nullptr;
+  if (!s->scanned_) {
+    s->kept_.resize(rows);
+    s->kept_.resize(XGRAD_ISA_SELECT(nonzero_rows)(p, rows, cols, ld, s->kept_.data()));
+    s->scanned_ = true;
+  }
+  return &s->kept_;
+}
 
 template <class T>
 void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, T alpha,

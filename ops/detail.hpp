@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "xgrad/framework/array.hpp"
 #include "xgrad/framework/autograd.hpp"
@@ -70,6 +71,32 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
           const T* bias = nullptr);
 // For tests: how many gemm<float> calls on the calling thread have run without A's zero rows.
 std::size_t gemm_zero_row_skips() noexcept;
+
+// One float32 matrix's rows of exact zeros, found once for every product that reads it while
+// the scope lives on the calling thread: linear's backward reads its upstream gradient G
+// (N, out) in dX = G W and dW = G^T X, and scanned it for each. gemm<float>'s zero-row skips
+// ask scoped_nonzero_rows; the products are the same bits with or without a scope. The
+// innermost scope answers; p null: an inactive scope (float64).
+class ZeroRowsScope {
+ public:
+  ZeroRowsScope(const float* p, std::size_t rows, std::size_t cols) noexcept;
+  ~ZeroRowsScope();
+  ZeroRowsScope(const ZeroRowsScope&) = delete;
+  ZeroRowsScope& operator=(const ZeroRowsScope&) = delete;
+
+ private:
+  friend const std::vector<std::size_t>* scoped_nonzero_rows(const float*, std::size_t, std::size_t, std::size_t);
+  const float* p_;
+  std::size_t rows_, cols_;
+  bool scanned_ = false;
+  std::vector<std::size_t> kept_;
+  ZeroRowsScope* outer_;
+};
+// The indices of the rows of p (rows x cols, row stride ld) that are not all +-0 when the
+// innermost ZeroRowsScope on this thread is that very matrix (contiguous: ld = cols; scanned
+// at the first call), else nullptr.
+const std::vector<std::size_t>* scoped_nonzero_rows(const float* p, std::size_t rows, std::size_t cols,
+                                                    std::size_t ld);
 
 // gemm's result for K = 0, an empty sum: C = beta C (C not read for beta 0), or bias_j in every
 // row; M x N of C at row stride ldc. Shared by gemm and the own kernels that take K = 0.

@@ -171,6 +171,9 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   if (bias.defined()) inputs.push_back(bias);
   return record("linear", y, inputs, [out](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     std::vector<Tensor> grads(n.inputs().size());
+    // G (N, out) is A of both products below: its rows of exact zeros found once
+    const detail::ZeroRowsScope g_zero_rows(g.dtype() == DType::Float32 ? data_of<float>(g) : nullptr,
+                                            out ? g.numel() / out : 0, out);
     if (n.needs_grad(0)) grads[0] = matmul(g, n.input(1));
     if (n.needs_grad(1)) grads[1] = sum_outer(g, n.input(0));
     if (n.inputs().size() > 2 && n.needs_grad(2)) grads[2] = sum_to(g, {out});

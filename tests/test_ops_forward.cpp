@@ -1176,6 +1176,68 @@ BOOST_AUTO_TEST_CASE(float32_gemm_skips_rows_of_zeros_with_the_full_products_res
   set_cpu_path(before);
 }
 
+// detail::ZeroRowsScope (linear's backward: G scanned once for dX = G W and dW = G^T X): the
+// innermost scope answers for exactly its matrix (pointer, rows, cols, contiguous), with the
+// rows that are not all +-0; both products skip G's zero rows under it and give the bits they
+// give without it, on every CPU path; linear's gradients are those of the two products.
+BOOST_AUTO_TEST_CASE(zero_rows_scope_shares_one_scan_and_changes_no_bit) {
+  const CpuPath before = cpu_path();
+  const std::size_t N = 1024, out = 64, in = 128;
+  const auto padded = [](std::size_t r) { return r % 16 >= 1 + (r / 16 * 7) % 16; };
+  const Vec gv = round32(vals(N * out, 61)), wv = round32(vals(out * in, 62)), xv = round32(vals(N * in, 63));
+  std::vector<float> G(gv.begin(), gv.end()), W(wv.begin(), wv.end()), X(xv.begin(), xv.end());
+  std::vector<std::size_t> expect;
+  for (std::size_t r = 0; r < N; ++r) {
+    if (padded(r)) std::fill_n(G.data() + r * out, out, r == 9 ? -0.0f : 0.0f);
+    else expect.push_back(r);
+  }
+  BOOST_TEST(!detail::scoped_nonzero_rows(G.data(), N, out, out));  // no scope
+  for (CpuPath path : supported_cpu_paths()) {
+    set_cpu_path(path);
+    BOOST_TEST_CONTEXT(cpu_path_name(path)) {
+      std::vector<float> dx0(N * in), dw0(out * in), dx1(N * in), dw1(out * in);
+      detail::gemm<float>(false, false, N, in, out, 1.0f, G.data(), out, W.data(), in, 0.0f, dx0.data(), in);
+      detail::gemm<float>(true, false, out, in, N, 1.0f, G.data(), out, X.data(), in, 0.0f, dw0.data(), in);
+      {
+        const detail::ZeroRowsScope scope(G.data(), N, out);
+        const std::size_t skips = detail::gemm_zero_row_skips();
+        detail::gemm<float>(false, false, N, in, out, 1.0f, G.data(), out, W.data(), in, 0.0f, dx1.data(), in);
+        detail::gemm<float>(true, false, out, in, N, 1.0f, G.data(), out, X.data(), in, 0.0f, dw1.data(), in);
+        BOOST_TEST(detail::gemm_zero_row_skips() == skips + 2);
+        const std::vector<std::size_t>* kept = detail::scoped_nonzero_rows(G.data(), N, out, out);
+        BOOST_REQUIRE(kept);
+        BOOST_TEST((*kept == expect));
+        BOOST_TEST(!detail::scoped_nonzero_rows(G.data(), N, out, out + 1));  // not that matrix
+        BOOST_TEST(!detail::scoped_nonzero_rows(G.data(), N - 1, out, out));
+        BOOST_TEST(!detail::scoped_nonzero_rows(G.data() + out, N - 1, out, out));
+        {
+          const detail::ZeroRowsScope inner(X.data(), N, in);
+          BOOST_TEST(!detail::scoped_nonzero_rows(G.data(), N, out, out));  // the innermost answers
+          const std::vector<std::size_t>* all = detail::scoped_nonzero_rows(X.data(), N, in, in);
+          BOOST_REQUIRE(all);
+          BOOST_TEST(all->size() == N);
+        }
+        BOOST_TEST(detail::scoped_nonzero_rows(G.data(), N, out, out) == kept);
+        const detail::ZeroRowsScope inactive(nullptr, N, out);
+        BOOST_TEST(!detail::scoped_nonzero_rows(G.data(), N, out, out));
+      }
+      BOOST_TEST(!detail::scoped_nonzero_rows(G.data(), N, out, out));
+      BOOST_TEST((std::memcmp(dx0.data(), dx1.data(), dx0.size() * sizeof(float)) == 0));
+      BOOST_TEST((std::memcmp(dw0.data(), dw1.data(), dw0.size() * sizeof(float)) == 0));
+      // linear's backward: dX = G W and dW = G^T X, the very bits of the two ops alone
+      const Vec g64(G.begin(), G.end()), w64(W.begin(), W.end()), x64(X.begin(), X.end());
+      Tensor x = tensor(x64, {N, in}, DType::Float32).set_requires_grad();
+      Tensor w = tensor(w64, {out, in}, DType::Float32).set_requires_grad();
+      Tensor g = tensor(g64, {N, out}, DType::Float32);
+      sum(mul(linear(x, w), g)).backward();
+      BOOST_TEST((x.grad().to_vector() == matmul(g, w.detach()).to_vector()));
+      BOOST_TEST((w.grad().to_vector() == sum_outer(g, x.detach()).to_vector()));
+      BOOST_TEST((x.grad().to_vector() == Vec(dx0.begin(), dx0.end())));
+    }
+  }
+  set_cpu_path(before);
+}
+
 // gemm with a row bias (linear's bias, added in xgrad's kernels' epilogue rather than copied
 // into C first): on every CPU path, every route (small_gemm, tiled_gemm, BLAS; row and
 // column blocks; k chunks; column tails; K = 0) the same bits as bias copied into C with
