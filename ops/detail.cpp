@@ -275,17 +275,19 @@ XGRAD_NONZERO_ROWS(avx512, XGRAD_TARGET_AVX512)
 #endif
 #undef XGRAD_NONZERO_ROWS
 using RowTest = bool (*)(const float*, std::size_t);
-// kept = the indices of the rows of R x n (row stride ld) that are not all zero; false when
+// kept = the indices of the rows of R x n (row stride ld) that are not all zero.
+void scan_nonzero_rows(const float* p, std::size_t R, std::size_t n, std::size_t ld, std::vector<std::size_t>& kept) {
+  kept.resize(R);
+  kept.resize(XGRAD_ISA_SELECT(nonzero_rows)(p, R, n, ld, kept.data()));
+}
+// Those indices: a ZeroRowsScope's when one covers p, else scanned into `local`; nullptr when
 // fewer than R / kSkipFraction rows are zero: nothing worth skipping.
-bool nonzero_rows(const float* p, std::size_t R, std::size_t n, std::size_t ld, std::vector<std::size_t>& kept) {
-  if (const std::vector<std::size_t>* known = scoped_nonzero_rows(p, R, n, ld)) {
-    kept = *known;
-  } else {
-    kept.resize(R);
-    kept.resize(XGRAD_ISA_SELECT(nonzero_rows)(p, R, n, ld, kept.data()));
-  }
-  const std::size_t zeros = R - kept.size();
-  return zeros != 0 && zeros * kSkipFraction >= R;
+const std::vector<std::size_t>* nonzero_rows(const float* p, std::size_t R, std::size_t n, std::size_t ld,
+                                             std::vector<std::size_t>& local) {
+  const std::vector<std::size_t>* kept = scoped_nonzero_rows(p, R, n, ld);
+  if (!kept) scan_nonzero_rows(p, R, n, ld, local), kept = &local;
+  const std::size_t zeros = R - kept->size();
+  return zeros != 0 && zeros * kSkipFraction >= R ? kept : nullptr;
 }
 void gather_rows(const float* p, std::size_t ld, const std::vector<std::size_t>& rows, std::size_t n, float* dst) {
   for (std::size_t i = 0; i < rows.size(); ++i) std::copy_n(p + rows[i] * ld, n, dst + i * n);
@@ -301,8 +303,10 @@ bool gemm_skipping_zero_rows(bool trans_a, bool trans_b, std::size_t M, std::siz
   const RowTest finite_row = XGRAD_ISA_SELECT(finite_row);
   if (!trans_a) {  // rows of op(A) = rows of C; C's other rows: alpha * 0 (beta 0, no bias only)
     if (beta != 0.0f || bias) return false;
-    std::vector<std::size_t> kept;
-    if (!nonzero_rows(A, M, K, lda, kept)) return false;
+    std::vector<std::size_t> scanned;
+    const std::vector<std::size_t>* const kept_rows = nonzero_rows(A, M, K, lda, scanned);
+    if (!kept_rows) return false;
+    const std::vector<std::size_t>& kept = *kept_rows;
     for (std::size_t r = 0; r < (trans_b ? N : K); ++r)  // op(B) meets every zero row whole
       if (!finite_row(B + r * ldb, trans_b ? K : N)) return false;
     const std::size_t m = kept.size();
@@ -326,8 +330,10 @@ bool gemm_skipping_zero_rows(bool trans_a, bool trans_b, std::size_t M, std::siz
   }
   if (trans_b) return false;
   // op(A) = A^T: row k of the stored A (M values) meets row k of B (N values) only
-  std::vector<std::size_t> kept;
-  if (!nonzero_rows(A, K, M, lda, kept) || kept.empty()) return false;  // all zero: the full product's alpha * 0
+  std::vector<std::size_t> scanned;
+  const std::vector<std::size_t>* const kept_ks = nonzero_rows(A, K, M, lda, scanned);
+  if (!kept_ks || kept_ks->empty()) return false;  // all zero: the full product's alpha * 0
+  const std::vector<std::size_t>& kept = *kept_ks;
   for (std::size_t k = 0, next = 0; k < K; ++k) {
     if (next < kept.size() && kept[next] == k) ++next;
     else if (!finite_row(B + k * ldb, N)) return false;
@@ -360,11 +366,7 @@ const std::vector<std::size_t>* scoped_nonzero_rows(const float* p, std::size_t 
                                                     std::size_t ld) {
   ZeroRowsScope* const s = t_zero_rows_scope;
   if (!s || !p || s->p_ != p || s->rows_ != rows || s->cols_ != cols || ld != cols) return nullptr;
-  if (!s->scanned_) {
-    s->kept_.resize(rows);
-    s->kept_.resize(XGRAD_ISA_SELECT(nonzero_rows)(p, rows, cols, ld, s->kept_.data()));
-    s->scanned_ = true;
-  }
+  if (!s->scanned_) scan_nonzero_rows(p, rows, cols, ld, s->kept_), s->scanned_ = true;
   return &s->kept_;
 }
 
