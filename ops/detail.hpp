@@ -217,7 +217,9 @@ constexpr std::size_t kPackBRows = 256;
 // 1.09-1.23x faster at 64-128 x 64-128 over 1,024 positions and 192 x 64 over 600, 0.93x at
 // 192 x 64 over 1,024; the whole step 0.6-1.9% faster (paired in one process; Xeon model 207
 // on its AVX2 path, twenty-third round; not measured on an AMD CPU). With the same routing on
-// both paths these products have the same bits on AVX2 and AVX-512 CPUs.
+// both paths these products have the same bits on AVX2 and AVX-512 CPUs. On the AVX2 path those
+// over K >= 256 run on op(A) and op(B) packed first (tiled_gemm.cpp, packs_transposed_a; on a
+// Zen 3 read in place they ran at 47-59 GFLOP/s with a k map, twenty-eighth round): the same bits.
 bool own_kernels_wider_than_blas();
 inline bool tiled_gemm_fits(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K) {
   if (own_kernels_wider_than_blas())

@@ -1056,6 +1056,70 @@ BOOST_AUTO_TEST_CASE(tiled_float32_gemm_contract_on_every_cpu_path) {
   set_cpu_path(before);
 }
 
+// Products with op(A) = A^T over a long K (weight gradients: K the positions), which the AVX2
+// path runs on op(A) and op(B) packed first (ops/tiled_gemm.cpp, packs_transposed_a: K >= 256,
+// from 64 rows, or any rows under a k map) and the AVX-512 path reads in place: on both, each
+// element is the fused chain acc = fma(a_ik, b_kj, acc) over the k (or the k map's k) in order,
+// then alpha acc rounded (+ beta C or + bias, rounded), computed here with std::fma. Shapes on
+// both sides of the thresholds, M and N off the 8-row blocks and 16-column panels, K off the
+// 8-k blocks, past the AVX2 path's 2,048-k chunk; strided A, B and C, C untouched outside.
+BOOST_AUTO_TEST_CASE(transposed_a_products_are_the_fused_chain_packed_or_in_place) {
+  const CpuPath before = cpu_path();
+  constexpr float kSentinel = 1234.5f;
+  struct Case {
+    std::size_t M, N, K;
+    bool map;  // every k but those = 3 mod 5: K * 4 / 5 of them
+  };
+  const Case cases[] = {{64, 64, 256, false}, {70, 40, 301, false}, {63, 17, 300, false}, {192, 64, 574, false},
+                        {11, 64, 1024, true}, {67, 33, 1021, true}, {5, 100, 300, true},   {100, 20, 2100, false},
+                        {64, 64, 255, true},  {130, 70, 2100, true}};
+  std::size_t fused = 0;
+  for (CpuPath path : supported_cpu_paths()) {
+    if (path == CpuPath::Baseline) continue;  // rounds each product: not the fused chain
+    ++fused;
+    set_cpu_path(path);
+    for (const Case& cs : cases) {
+      const std::size_t M = cs.M, N = cs.N, K = cs.K;
+      const std::size_t lda = M + 3, ldb = N + 5, ldc = N + 7;
+      const Vec av = round32(vals(K * lda, 61)), bv = round32(vals(K * ldb, 62)), cv = round32(vals(M * N, 63));
+      const Vec biasv = round32(vals(N, 64));
+      const std::vector<float> A(av.begin(), av.end()), B(bv.begin(), bv.end()), bias(biasv.begin(), biasv.end());
+      std::vector<std::size_t> ks;
+      for (std::size_t k = 0; k < K; ++k)
+        if (!cs.map || k % 5 != 3) ks.push_back(k);
+      const std::size_t Kr = ks.size();  // the k summed over
+      const float alpha = 0.5f, beta = -1.5f;
+      for (int variant = 0; variant < 3; ++variant) {  // beta 0, beta, bias
+        std::vector<float> got((M + 2) * ldc, kSentinel);
+        for (std::size_t i = 0; i < M; ++i)
+          for (std::size_t j = 0; j < N; ++j) got[i * ldc + j] = float(cv[i * N + j]);
+        detail::tiled_gemm(true, M, N, Kr, alpha, A.data(), lda, B.data(), ldb, variant == 1 ? beta : 0.0f, got.data(),
+                           ldc, variant == 2 ? bias.data() : nullptr, nullptr, cs.map ? ks.data() : nullptr);
+        std::size_t wrong = 0, outside = 0;
+        for (std::size_t i = 0; i < M + 2; ++i)
+          for (std::size_t j = 0; j < ldc; ++j) {
+            const float y = got[i * ldc + j];
+            if (i >= M || j >= N) {
+              outside += y != kSentinel;
+              continue;
+            }
+            float acc = 0.0f;
+            for (std::size_t k : ks) acc = std::fma(A[k * lda + i], B[k * ldb + j], acc);
+            float want = alpha * acc;
+            if (variant == 1) want = want + beta * float(cv[i * N + j]);
+            if (variant == 2) want = want + bias[j];
+            wrong += std::memcmp(&y, &want, sizeof y) != 0;
+          }
+        BOOST_TEST(wrong == 0u, cpu_path_name(path) << " M " << M << " N " << N << " K " << K << " map " << cs.map
+                                                    << " variant " << variant);
+        BOOST_TEST(outside == 0u);
+      }
+    }
+  }
+  if (fused == 0) BOOST_TEST_MESSAGE("transposed_a products: this CPU runs the baseline path only");
+  set_cpu_path(before);
+}
+
 // gemm<float> skips rows of exact zeros in A as stored (ops/detail.cpp, "Rows of exact zeros"):
 // op(A)'s zero rows (dX = dY W, B as rows or transposed) and, A transposed, its zero k rows
 // (dW = dY^T X). Zero rows as a padded batch leaves them (rows 16 s + t, t past a length of
