@@ -597,10 +597,21 @@ XGRAD_TARGET_AVX512 void transpose_avx512(std::size_t rows, std::size_t cols, co
 // in one process: -4.7% and -4.9% over every position, -1.1% and -2.7% with the padding
 // skipped (docs/PERFORMANCE_HISTORY.md, twenty-eighth round). The same fused multiply-adds in
 // the same order of k: the same bits. Unmeasured on an AVX-512 CPU, whose path reads A in place.
-constexpr std::size_t kPackAMinK = 256, kPackAMinRows = 64, kPackAMaxFloats = std::size_t(1) << 22;
+constexpr std::size_t kPackAMinK = 256, kPackAMinRows = 64, kPackAMaxFloats = std::size_t(1) << 22;  // (M + N) K
 bool packs_transposed_a(bool trans_a, std::size_t M, std::size_t N, std::size_t K, const std::size_t* ks) {
   return trans_a && K >= kPackAMinK && (ks || M >= kPackAMinRows) && (M + N) * K <= kPackAMaxFloats &&
          cpu_path() == CpuPath::Avx2;
+}
+
+// The packed operands' scratch, per thread and kept (grown, never shrunk; at most
+// kPackAMaxFloats + 16 floats, 16 MiB): blocks above the block cache's 64 KiB would otherwise
+// come from malloc on every product, and without tune_allocator glibc maps and unmaps them each
+// time (M 64, N 64, K 544: 2.7x the time in page faults).
+float* packed_operands_scratch(std::size_t floats) {
+  thread_local AlignedBuffer<float> scratch;
+  thread_local std::size_t capacity = 0;
+  if (floats > capacity) scratch.reset(), scratch = aligned_buffer<float>(floats), capacity = floats;
+  return scratch.get();
 }
 
 // op(A) of a product with op(A) = A^T, as rows: dst[i * ldd + k] = A[k' * lda + i] for i < M,
@@ -681,12 +692,12 @@ void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float
   const Tilings& t = path_tilings();
 #ifdef XGRAD_TILED_GEMM_X86
   if (packs_transposed_a(trans_a, M, N, K, ks)) {
-    const std::size_t lda2 = panel_stride(K), w = t.bpanel;
-    const auto a = aligned_buffer<float>(M * lda2), b = aligned_buffer<float>(bpanels_size(N, K, w));
-    pack_transposed_a_avx2(K, M, A, lda, ks, a.get(), lda2);
-    pack_bpanels_mapped(K, N, Bk, ldb, ks, b.get(), w);
-    return run_tiles(tiling_for(t, M, N), t.blocking, false, M, N, K, alpha, a.get(), lda2, b.get(), 0, beta, C, ldc,
-                     bias, w);
+    const std::size_t lda2 = panel_stride(K), w = t.bpanel, a_floats = (M * lda2 + 15) / 16 * 16;
+    float* const a = packed_operands_scratch(a_floats + bpanels_size(N, K, w));
+    float* const b = a + a_floats;
+    pack_transposed_a_avx2(K, M, A, lda, ks, a, lda2);
+    pack_bpanels_mapped(K, N, Bk, ldb, ks, b, w);
+    return run_tiles(tiling_for(t, M, N), t.blocking, false, M, N, K, alpha, a, lda2, b, 0, beta, C, ldc, bias, w);
   }
 #endif
   run_tiles(tiling_for(t, M, N), t.blocking, trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias, 0, rows, ks);
