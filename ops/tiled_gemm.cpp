@@ -523,7 +523,24 @@ void transpose_baseline(std::size_t rows, std::size_t cols, const float* src, st
 // into K^T; destination rows outer when dK^T (64, 512) is stored into dK at a 6 KiB row stride,
 // where source rows outer wrote 32 bytes into each of 512 destination lines per run (18 GB/s
 // on a Zen 3, against 49 GB/s for the K^T pack).
-// 8 x 8 blocks in registers (unpack, shuffle, lane permute); the edges as the baseline.
+// dst[j * ldd + i] = rows[i][j] for i, j < 8: unpack, shuffle, lane permute.
+XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void transpose8x8_avx2(const float* const* rows, float* dst,
+                                                                              std::size_t ldd) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(rows[i]);
+  for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int j = 0; j < 4; ++j) {
+    _mm256_storeu_ps(dst + j * ldd, _mm256_permute2f128_ps(r[j], r[j + 4], 0x20));
+    _mm256_storeu_ps(dst + (j + 4) * ldd, _mm256_permute2f128_ps(r[j], r[j + 4], 0x31));
+  }
+}
+// 8 x 8 blocks in registers (transpose8x8_avx2); the edges as the baseline.
 XGRAD_TARGET_AVX2 void transpose_avx2(std::size_t rows, std::size_t cols, const float* src, std::size_t lds,
                                       float* dst, std::size_t ldd) {
   const std::size_t r8 = rows / 8 * 8, c8 = cols / 8 * 8;
@@ -531,21 +548,9 @@ XGRAD_TARGET_AVX2 void transpose_avx2(std::size_t rows, std::size_t cols, const 
   for (std::size_t o = 0, no = rows_outer ? r8 : c8, ni = rows_outer ? c8 : r8; o < no; o += 8)
     for (std::size_t in = 0; in < ni; in += 8) {
       const std::size_t i0 = rows_outer ? o : in, j0 = rows_outer ? in : o;
-      const float* s = src + i0 * lds + j0;
-      __m256 r[8], t[8];
-      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(s + i * lds);
-      for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-      for (int i = 0; i < 8; i += 4) {
-        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-      }
-      float* d = dst + j0 * ldd + i0;
-      for (int j = 0; j < 4; ++j) {
-        _mm256_storeu_ps(d + j * ldd, _mm256_permute2f128_ps(r[j], r[j + 4], 0x20));
-        _mm256_storeu_ps(d + (j + 4) * ldd, _mm256_permute2f128_ps(r[j], r[j + 4], 0x31));
-      }
+      const float* rows8[8];
+      for (std::size_t i = 0; i < 8; ++i) rows8[i] = src + (i0 + i) * lds + j0;
+      transpose8x8_avx2(rows8, dst + j0 * ldd + i0, ldd);
     }
   if (c8 < cols) transpose_baseline(r8, cols - c8, src + c8, lds, dst + c8 * ldd, ldd);
   if (r8 < rows) transpose_baseline(rows - r8, cols, src + r8 * lds, lds, dst + r8, ldd);
@@ -615,8 +620,8 @@ float* packed_operands_scratch(std::size_t floats) {
 }
 
 // op(A) of a product with op(A) = A^T, as rows: dst[i * ldd + k] = A[k' * lda + i] for i < M,
-// k < K, k' = ks[k] (a k map) or k. 8 x 8 blocks in registers (as transpose_avx2), 8 rows k' of
-// A at a time.
+// k < K, k' = ks[k] (a k map) or k. 8 x 8 blocks in registers (transpose8x8_avx2), 8 rows k'
+// of A at a time.
 XGRAD_TARGET_AVX2 void pack_transposed_a_avx2(std::size_t K, std::size_t M, const float* A, std::size_t lda,
                                               const std::size_t* ks, float* dst, std::size_t ldd) {
   const std::size_t k8 = K / 8 * 8, m8 = M / 8 * 8;
@@ -624,20 +629,9 @@ XGRAD_TARGET_AVX2 void pack_transposed_a_avx2(std::size_t K, std::size_t M, cons
     const float* s[8];
     for (std::size_t k = 0; k < 8; ++k) s[k] = A + (ks ? ks[k0 + k] : k0 + k) * lda;
     for (std::size_t i0 = 0; i0 < m8; i0 += 8) {
-      __m256 r[8], t[8];
-      for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(s[k] + i0);
-      for (int k = 0; k < 8; k += 2) t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]), t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
-      for (int k = 0; k < 8; k += 4) {
-        r[k] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        r[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        r[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        r[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(3, 2, 3, 2));
-      }
-      float* d = dst + i0 * ldd + k0;
-      for (int i = 0; i < 4; ++i) {
-        _mm256_storeu_ps(d + i * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
-        _mm256_storeu_ps(d + (i + 4) * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
-      }
+      const float* rows8[8];
+      for (std::size_t k = 0; k < 8; ++k) rows8[k] = s[k] + i0;
+      transpose8x8_avx2(rows8, dst + i0 * ldd + k0, ldd);
     }
     for (std::size_t k = 0; k < 8; ++k)
       for (std::size_t i = m8; i < M; ++i) dst[i * ldd + k0 + k] = s[k][i];
