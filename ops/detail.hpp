@@ -176,8 +176,9 @@ inline std::size_t bpanels_size(std::size_t N, std::size_t K, std::size_t w) { r
 // op(B)[k][j] with p = j / w. Writes only within the first ceil(N / w) w K floats of dst (all of
 // them when w divides N); a last partial panel's unused columns are not written
 // (tiled_gemm_bpanels never reads them).
+// ks (trans_b false only): row k of op(B) is row ks[k] of B (tiled_gemm's k map).
 void pack_bpanels(bool trans_b, std::size_t K, std::size_t N, const float* B, std::size_t ldb, float* dst,
-                  std::size_t w);
+                  std::size_t w, const std::size_t* ks = nullptr);
 // gemm<float> packs op(B) into column panels (pack_bpanels) for its tiled products of at least
 // this many rows (its column blocks, if any, then start on whole panels): there the copy costs
 // ~1-5% of the product and saves the L1 conflicts of B's rows (tiled_gemm_bpanels); below it,

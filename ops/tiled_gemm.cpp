@@ -641,15 +641,6 @@ XGRAD_TARGET_AVX2 void pack_transposed_a_avx2(std::size_t K, std::size_t M, cons
     for (std::size_t i = 0; i < M; ++i) dst[i * ldd + k] = s[i];
   }
 }
-// op(B) (K, N) into column panels of w columns as pack_bpanels lays them out, its row k from
-// Bk's row k' (row stride ldb).
-void pack_bpanels_mapped(std::size_t K, std::size_t N, const float* Bk, std::size_t ldb, const std::size_t* ks,
-                         float* dst, std::size_t w) {
-  for (std::size_t k = 0; k < K; ++k) {
-    const float* row = Bk + (ks ? ks[k] : k) * ldb;
-    for (std::size_t j0 = 0; j0 < N; j0 += w) std::copy_n(row + j0, std::min(w, N - j0), dst + j0 * K + k * w);
-  }
-}
 #endif
 
 }  // namespace
@@ -685,12 +676,12 @@ void tiled_gemm(bool trans_a, std::size_t M, std::size_t N, std::size_t K, float
   if (!rows && !ks && tiny_gemm(trans_a, M, N, K, alpha, A, lda, Bk, ldb, beta, C, ldc, bias)) return;
   const Tilings& t = path_tilings();
 #ifdef XGRAD_TILED_GEMM_X86
-  if (packs_transposed_a(trans_a, M, N, K, ks)) {
+  if (!rows && packs_transposed_a(trans_a, M, N, K, ks)) {  // (a row map with A^T: run_tiles' logic_error)
     const std::size_t lda2 = panel_stride(K), w = t.bpanel, a_floats = (M * lda2 + 15) / 16 * 16;
     float* const a = packed_operands_scratch(a_floats + bpanels_size(N, K, w));
     float* const b = a + a_floats;
     pack_transposed_a_avx2(K, M, A, lda, ks, a, lda2);
-    pack_bpanels_mapped(K, N, Bk, ldb, ks, b, w);
+    pack_bpanels(false, K, N, Bk, ldb, b, w, ks);
     return run_tiles(tiling_for(t, M, N), t.blocking, false, M, N, K, alpha, a, lda2, b, 0, beta, C, ldc, bias, w);
   }
 #endif
@@ -709,14 +700,15 @@ void tiled_gemm_bpanels(bool trans_a, std::size_t M, std::size_t N, std::size_t 
 }
 
 void pack_bpanels(bool trans_b, std::size_t K, std::size_t N, const float* B, std::size_t ldb, float* dst,
-                  std::size_t w) {
+                  std::size_t w, const std::size_t* ks) {
+  if (ks && trans_b) throw std::logic_error("pack_bpanels: a k map with B transposed");
   for (std::size_t j0 = 0; j0 < N; j0 += w) {
     const std::size_t n = std::min(w, N - j0);
     float* panel = dst + j0 * K;
     if (trans_b) {
       transpose(n, K, B + j0 * ldb, ldb, panel, w);  // B^T rows [j0, j0 + n) -> (K, n)
     } else {
-      for (std::size_t k = 0; k < K; ++k) std::copy_n(B + k * ldb + j0, n, panel + k * w);
+      for (std::size_t k = 0; k < K; ++k) std::copy_n(B + (ks ? ks[k] : k) * ldb + j0, n, panel + k * w);
     }
   }
 }
