@@ -343,11 +343,27 @@ XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_avx2_body(cons
     }
   }
 }
+// The rows of C the tile after tile i0 stores (its first cache line each), asked for before
+// tile i0 runs: a product's output is fresh memory, and each column block's tiles store to new
+// lines of C, R rows apart (ldc floats), a stride the hardware prefetchers did not cover in
+// time. Only the k chunk that stores C (a raw-sum chunk stores to the scratch, in cache).
+// Reverse model's step on a Zen 3, in-process alternation: dense 2-5% faster (the more when
+// the machine's memory was contended), padding skipped -1.6 to +1.4%; MHA large 1.5-6% (one
+// thread), 3.7% (two). Two tiles ahead measured the same as one.
+template <std::size_t R>
+inline void prefetch_next_tile_c(const TileRun& run, std::size_t i0) {
+  if (!run.last_chunk) return;
+  for (std::size_t i = i0 + R; i < std::min(i0 + 2 * R, run.end); ++i)
+    __builtin_prefetch(run.c + (run.rows ? run.rows[i] : i) * run.ldc, 1, 3);
+}
 template <std::size_t R, std::size_t V, bool Masked, bool KMap>
 XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_loop_avx2(const TileRun& run) {
   const float* a[R];
   float* c[R];
-  for (std::size_t i0 = run.first; i0 < run.end; i0 += R) tile_avx2_body<R, V, Masked, KMap>(tile_of<R>(run, i0, a, c));
+  for (std::size_t i0 = run.first; i0 < run.end; i0 += R) {
+    prefetch_next_tile_c<R>(run, i0);
+    tile_avx2_body<R, V, Masked, KMap>(tile_of<R>(run, i0, a, c));
+  }
 }
 template <std::size_t R, std::size_t V>
 XGRAD_TARGET_AVX2 void tiles_avx2(const TileRun& run) {
