@@ -348,10 +348,10 @@ XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_avx2_body(cons
 // lines of C, R rows apart (ldc floats), a stride the hardware prefetchers did not cover in
 // time. Only the k chunk that stores C (a raw-sum chunk stores to the scratch, in cache).
 // Paired on a Zen 3 (in-process alternation, medians of the per-round ratios): the reverse
-// model's dense step 0.6-5.1% faster in five sets (the more, the slower the machine ran), with
+// model's dense step 0.6-5.1% faster in seven sets (the more, the slower the machine ran), with
 // the padding skipped 0.5-1.9% faster in five sets of six, 1.4% slower in one; MHA large
-// 1.5-6.0% at one thread, 3.7% at two. Two tiles ahead measured the same as one; the next
-// tile's rows of A as well: 3-7% slower.
+// 1.5-6.0% faster in four sets at one thread, even in one, 3.7% faster at two. Two tiles
+// ahead measured the same as one; the next tile's rows of A as well: 3-7% slower.
 template <std::size_t R>
 inline void prefetch_next_tile_c(const TileRun& run, std::size_t i0) {
   if (!run.last_chunk) return;
