@@ -105,10 +105,12 @@ struct TileRun {
   bool first_chunk, last_chunk;
   const float* bias;
 };
+// Row i of the product (i < M) in A and C: i, or rows[i] with a row map.
+inline std::size_t row_of(const TileRun& run, std::size_t i) { return run.rows ? run.rows[i] : i; }
 template <std::size_t R>
 inline TileArgs tile_of(const TileRun& run, std::size_t i0, const float** a, float** c) {
   for (std::size_t r = 0; r < R; ++r) {
-    const std::size_t i = std::min(i0 + r, run.M - 1), row = run.rows ? run.rows[i] : i;
+    const std::size_t i = std::min(i0 + r, run.M - 1), row = row_of(run, i);
     a[r] = run.A + row * run.ra, c[r] = run.c + row * run.ldc;
   }
   float* const partial = run.partial ? run.partial + (i0 - run.p0) * run.ldp : nullptr;
@@ -356,7 +358,7 @@ template <std::size_t R>
 inline void prefetch_next_tile_c(const TileRun& run, std::size_t i0) {
   if (!run.last_chunk) return;
   for (std::size_t i = i0 + R; i < std::min(i0 + 2 * R, run.end); ++i)
-    __builtin_prefetch(run.c + (run.rows ? run.rows[i] : i) * run.ldc, 1, 3);
+    __builtin_prefetch(run.c + row_of(run, i) * run.ldc, 1, 3);
 }
 template <std::size_t R, std::size_t V, bool Masked, bool KMap>
 XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_loop_avx2(const TileRun& run) {
