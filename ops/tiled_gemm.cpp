@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 
@@ -719,6 +720,24 @@ void tiled_gemm_bpanels(bool trans_a, std::size_t M, std::size_t N, std::size_t 
   run_tiles(tl, t.blocking, trans_a, M, N, K, alpha, A, lda, Bp, 0, beta, C, ldc, bias, width, rows);
 }
 
+namespace {
+// dst[k * ldd + j] = B[k' * ldb + j] for k < K, j < n, k' = ks[k] (a k map) or k. W: n known at
+// compile time (a whole panel), so that each row is a few vector moves, not a call to memmove
+// (the reverse model's weight gradients copy 574 rows x 4-12 panels of 16 floats per product:
+// memmove was 3.0-3.5% of the training step's samples on a Zen 3; paired in one process the
+// step with every position 0.995, 0.983, 0.998 of the time, with the padding skipped 0.990,
+// 0.985). The same floats copied.
+template <std::size_t W>
+void copy_panel_rows(std::size_t K, const float* B, std::size_t ldb, const std::size_t* ks, float* dst,
+                     std::size_t ldd, std::size_t n = W) {
+  for (std::size_t k = 0; k < K; ++k) {
+    const float* src = B + (ks ? ks[k] : k) * ldb;
+    if constexpr (W != 0) std::memcpy(dst + k * ldd, src, W * sizeof(float));
+    else std::copy_n(src, n, dst + k * ldd);
+  }
+}
+}  // namespace
+
 void pack_bpanels(bool trans_b, std::size_t K, std::size_t N, const float* B, std::size_t ldb, float* dst,
                   std::size_t w, const std::size_t* ks) {
   if (ks && trans_b) throw std::logic_error("pack_bpanels: a k map with B transposed");
@@ -728,7 +747,9 @@ void pack_bpanels(bool trans_b, std::size_t K, std::size_t N, const float* B, st
     if (trans_b) {
       transpose(n, K, B + j0 * ldb, ldb, panel, w);  // B^T rows [j0, j0 + n) -> (K, n)
     } else {
-      for (std::size_t k = 0; k < K; ++k) std::copy_n(B + (ks ? ks[k] : k) * ldb + j0, n, panel + k * w);
+      if (n == 16) copy_panel_rows<16>(K, B + j0, ldb, ks, panel, w);
+      else if (n == 32) copy_panel_rows<32>(K, B + j0, ldb, ks, panel, w);
+      else copy_panel_rows<0>(K, B + j0, ldb, ks, panel, w, n);
     }
   }
 }
