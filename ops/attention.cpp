@@ -575,6 +575,7 @@ XGRAD_TARGET_AVX2 void softmax_grad_rows_short_avx2(const float* P, std::size_t 
                                                     std::size_t r, std::size_t c) {
   const unsigned keys = (1u << c) - 1;
   const __m256i klo = lane_bits_avx2(keys, false), khi = lane_bits_avx2(keys, true);
+  const std::size_t n_lo = std::min<std::size_t>(c, 8), n_hi = c - n_lo;  // keys in each half (store_first)
   for (std::size_t i = 0; i < r; ++i) {
     const float *pi = P + i * ldp, *gi = G + i * ldg;
     const __m256 plo = _mm256_maskload_ps(pi, klo), phi = _mm256_maskload_ps(pi + 8, khi);
@@ -582,8 +583,8 @@ XGRAD_TARGET_AVX2 void softmax_grad_rows_short_avx2(const float* P, std::size_t 
     const __m256 gplo = glo * plo, gphi = ghi * phi;  // as there: lane_sum's f(j), added into its lane
     const __m256 alo = _mm256_setzero_ps() + gplo, ahi = _mm256_setzero_ps() + gphi;
     const __m256 dot = _mm256_set1_ps(detail::lane_halves16(alo, ahi));
-    _mm256_maskstore_ps(G + i * ldg, klo, _mm256_mul_ps(plo, _mm256_sub_ps(glo, dot)));
-    _mm256_maskstore_ps(G + i * ldg + 8, khi, _mm256_mul_ps(phi, _mm256_sub_ps(ghi, dot)));
+    detail::store_first(G + i * ldg, _mm256_mul_ps(plo, _mm256_sub_ps(glo, dot)), n_lo);
+    detail::store_first(G + i * ldg + 8, _mm256_mul_ps(phi, _mm256_sub_ps(ghi, dot)), n_hi);
   }
 }
 #endif

@@ -44,6 +44,7 @@
 #include <stdexcept>
 
 #include "xgrad/ops/detail.hpp"
+#include "xgrad/ops/avx512.hpp"
 #include "xgrad/ops/isa.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -296,9 +297,10 @@ constexpr std::int32_t kLaneMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1};
 template <std::size_t R, std::size_t V, bool Masked, bool KMap>
 XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_avx2_body(const TileArgs& t) {
   __m256i m[V];
+  std::size_t n[V];  // columns of each vector in the tile
   XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) {
-    const std::size_t n = t.cols > 8 * v ? std::min<std::size_t>(8, t.cols - 8 * v) : 0;
-    m[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLaneMask + 8 - n));
+    n[v] = t.cols > 8 * v ? std::min<std::size_t>(8, t.cols - 8 * v) : 0;
+    m[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLaneMask + 8 - n[v]));
   }
   __m256 acc[R][V];
   XGRAD_UNROLL for (std::size_t r = 0; r < R; ++r) XGRAD_UNROLL for (std::size_t v = 0; v < V; ++v) acc[r][v] =
@@ -341,7 +343,7 @@ XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_avx2_body(cons
         XGRAD_ROUNDED(z);
         y = _mm256_add_ps(y, z);
       }
-      if (Masked) _mm256_maskstore_ps(cr + 8 * v, m[v], y);
+      if (Masked) store_first(cr + 8 * v, y, n[v]);  // not _mm256_maskstore_ps: microcoded on AMD Zen
       else _mm256_storeu_ps(cr + 8 * v, y);
     }
   }

@@ -32,6 +32,7 @@
 #include <string>
 
 #include "xgrad/ops/detail.hpp"
+#include "xgrad/ops/avx512.hpp"
 #include "xgrad/ops/isa.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -227,8 +228,8 @@ XGRAD_TARGET_AVX2 inline __attribute__((always_inline)) void tile_f64_avx2(const
       y0 = _mm256_add_pd(y0, z0);
       y1 = _mm256_add_pd(y1, z1);
     }
-    _mm256_maskstore_pd(c, m0, y0);
-    _mm256_maskstore_pd(c + 4, m1, y1);
+    store_first(c, y0, n0);  // not _mm256_maskstore_pd: microcoded on AMD Zen (ops/avx512.hpp)
+    store_first(c + 4, y1, n1);
   }
 }
 XGRAD_TARGET_AVX2 void tiles_f64_avx2(const GemmF64& g, const Chunk& ch, std::size_t p_begin,
