@@ -37,7 +37,7 @@ std::size_t first_nonfinite(const Tensor& t) {
   return dispatch_float("anomaly", t.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* p = data_of<T>(t);
-    for (std::size_t i = 0; i < t.numel(); ++i)
+    for (std::size_t i = 0, count = t.numel(); i < count; ++i)
       if (!std::isfinite(p[i])) return i;
     return std::string::npos;
   });

@@ -329,7 +329,7 @@ UnpaddedRows UnpaddedRows::of(const Tensor& m) {
   const bool* pad = m.data<bool>();
   std::vector<std::int64_t> index;
   index.reserve(m.numel());
-  for (std::size_t i = 0; i < m.numel(); ++i)
+  for (std::size_t i = 0, count = m.numel(); i < count; ++i)
     if (!pad[i]) index.push_back(std::int64_t(i));
   const std::size_t n = index.size();
   r.index = index_tensor(std::move(index), {n});

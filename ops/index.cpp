@@ -44,7 +44,7 @@ void check_int64(const char* op, const char* arg, const Tensor& idx) {
 template <class... Range>
 void check_index_values(const char* op, const char* arg, const Tensor& idx, std::size_t n, const Range&... range) {
   const std::int64_t* p = idx.data<std::int64_t>();
-  for (std::size_t i = 0; i < idx.numel(); ++i)
+  for (std::size_t i = 0, count = idx.numel(); i < count; ++i)
     if (p[i] < 0 || std::uint64_t(p[i]) >= n) {
       if (n == 0)
         throw_error<IndexError>(op, "index ", p[i], " at position ", position_str(idx.shape(), i), " of argument '",
@@ -218,7 +218,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
     const std::int64_t* idx = indices.data<std::int64_t>();
     Tensor out = empty_tensor<T>(ys, "embedding");
     T* po = fresh_data<T>(out);
-    for (std::size_t i = 0; i < indices.numel(); ++i) std::copy_n(w + std::size_t(idx[i]) * D, D, po + i * D);
+    for (std::size_t i = 0, count = indices.numel(); i < count; ++i) std::copy_n(w + std::size_t(idx[i]) * D, D, po + i * D);
     return out;
   });
   return record("embedding", y, {weight, indices}, [N](const Node& n, const Tensor& g) -> std::vector<Tensor> {
@@ -241,7 +241,7 @@ Tensor embedding_backward(const Tensor& g, const Tensor& indices, std::size_t nu
     Tensor out = empty_tensor<T>({num_rows, D}, "embedding_backward");
     T* po = fresh_data<T>(out);
     std::fill_n(po, out.numel(), T(0));
-    for (std::size_t i = 0; i < indices.numel(); ++i) {
+    for (std::size_t i = 0, count = indices.numel(); i < count; ++i) {
       T* row = po + std::size_t(idx[i]) * D;
       for (std::size_t d = 0; d < D; ++d) row[d] += pg[i * D + d];
     }
@@ -262,7 +262,7 @@ Tensor one_hot(const Tensor& indices, std::size_t num_classes, DType dtype) {
   dispatch_dtype(dtype, [&](auto zero) {
     using V = decltype(zero);
     V* py = fresh_data<V>(y);
-    for (std::size_t i = 0; i < indices.numel(); ++i) py[i * num_classes + std::size_t(idx[i])] = V(1);
+    for (std::size_t i = 0, count = indices.numel(); i < count; ++i) py[i * num_classes + std::size_t(idx[i])] = V(1);
   });
   return y;
 }

@@ -186,7 +186,7 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
     const T* px = data_of<T>(x);
     Tensor out = empty_tensor<T>(x.shape(), "clamp");
     T* po = fresh_data<T>(out);
-    for (std::size_t i = 0; i < x.numel(); ++i) {
+    for (std::size_t i = 0, count = x.numel(); i < count; ++i) {
       T v = px[i];
       if (v < T(lo)) v = T(lo);
       if (v > T(hi)) v = T(hi);  // after lo: min > max gives max everywhere; NaN stays NaN
@@ -230,7 +230,7 @@ Tensor gelu(const Tensor& x, GeluApproximation approximate) {
       else if (exact) gelu_f32(px, po, x.numel());
     }
     if (!exact || !std::is_same_v<T, float>) {
-      for (std::size_t i = 0; i < x.numel(); ++i) {
+      for (std::size_t i = 0, count = x.numel(); i < count; ++i) {
         const T v = px[i];
         T s;
         po[i] = exact ? gelu_exact_and_slope(v, s) : gelu_tanh_and_slope(v, s);
@@ -268,7 +268,7 @@ Tensor gelu_backward(const Tensor& x, const Tensor& g, GeluApproximation approxi
       if (exact) gelu_backward_f32(px, pg, po, x.numel());
     }
     if (!exact || !std::is_same_v<T, float>) {
-      for (std::size_t i = 0; i < x.numel(); ++i) {
+      for (std::size_t i = 0, count = x.numel(); i < count; ++i) {
         T s;
         if (exact) gelu_exact_and_slope(px[i], s);
         else gelu_tanh_and_slope(px[i], s);
