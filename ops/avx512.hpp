@@ -1,6 +1,7 @@
 // xgrad/ops/avx512.hpp — register helpers shared by the hand-written AVX-512 row kernels
 // (ops/attention.cpp's short softmax rows, ops/norm.cpp's layer_norm rows) and their AVX2
-// variants, which hold the same 16 lanes as two halves (lanes 0-7, 8-15).
+// variants, which hold the same 16 lanes as two halves (lanes 0-7, 8-15); store_first for the
+// AVX2 code's partial vectors (those rows, the GEMM tiles' column tails).
 //
 // Internal: include from op implementation files (.cpp) only; call from functions marked
 // XGRAD_TARGET_AVX512 (the __m512 helpers) or either target (the __m256 ones: an AVX2

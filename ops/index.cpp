@@ -218,7 +218,8 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
     const std::int64_t* idx = indices.data<std::int64_t>();
     Tensor out = empty_tensor<T>(ys, "embedding");
     T* po = fresh_data<T>(out);
-    for (std::size_t i = 0, count = indices.numel(); i < count; ++i) std::copy_n(w + std::size_t(idx[i]) * D, D, po + i * D);
+    for (std::size_t i = 0, count = indices.numel(); i < count; ++i)
+      std::copy_n(w + std::size_t(idx[i]) * D, D, po + i * D);
     return out;
   });
   return record("embedding", y, {weight, indices}, [N](const Node& n, const Tensor& g) -> std::vector<Tensor> {
@@ -262,7 +263,8 @@ Tensor one_hot(const Tensor& indices, std::size_t num_classes, DType dtype) {
   dispatch_dtype(dtype, [&](auto zero) {
     using V = decltype(zero);
     V* py = fresh_data<V>(y);
-    for (std::size_t i = 0, count = indices.numel(); i < count; ++i) py[i * num_classes + std::size_t(idx[i])] = V(1);
+    for (std::size_t i = 0, count = indices.numel(); i < count; ++i)
+      py[i * num_classes + std::size_t(idx[i])] = V(1);
   });
   return y;
 }

@@ -31,8 +31,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/avx512.hpp"
+#include "xgrad/ops/detail.hpp"
 #include "xgrad/ops/isa.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
