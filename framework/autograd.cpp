@@ -361,7 +361,7 @@ template <class T>
 void add_into(const Tensor& acc, const Tensor& g) {
   T* pa = acc.mutable_data<T>();
   const T* pg = g.data<T>();
-  parallel_for(acc.numel(), 1, [&](std::size_t begin, std::size_t end) {
+  parallel_for(acc.numel(), kElementCost, [&](std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) pa[i] = pa[i] + pg[i];
   });
 }

@@ -136,11 +136,17 @@ Pool& pool() {
   return p;
 }
 
+std::atomic<std::size_t> g_min_parallel_work{kMinParallelWork};
+
 }  // namespace
+
+std::size_t detail::min_parallel_work() { return g_min_parallel_work.load(std::memory_order_relaxed); }
+void detail::set_min_parallel_work(std::size_t work) { g_min_parallel_work.store(work, std::memory_order_relaxed); }
 
 void parallel_for(std::size_t n, std::size_t cost_per_item, const Body& body) {
   if (n < 2 || t_inside) return body(0, n);
-  const bool small = cost_per_item < kMinParallelWork && n * cost_per_item < kMinParallelWork;
+  const std::size_t bound = detail::min_parallel_work();
+  const bool small = cost_per_item < bound && n * cost_per_item < bound;
   const std::size_t threads = std::min<std::size_t>(std::size_t(num_threads()), n);
   if (threads <= 1 || small) return body(0, n);
   // About four chunks per thread: enough for a late thread to be covered by the others,

@@ -388,7 +388,7 @@ template void gemm<double>(bool, bool, std::size_t, std::size_t, std::size_t, do
 
 void parallel_chunks(std::size_t n, const std::function<void(std::size_t, std::size_t)>& f) {
   constexpr std::size_t kChunk = 4096;
-  parallel_for((n + kChunk - 1) / kChunk, kChunk, [&](std::size_t begin, std::size_t end) {
+  parallel_for((n + kChunk - 1) / kChunk, kChunk * kElementCost, [&](std::size_t begin, std::size_t end) {
     f(begin * kChunk, std::min(n, end * kChunk));
   });
 }

@@ -69,7 +69,7 @@ Tensor reduce_sum(const char* op, const Tensor& x, const Shape& K, const Shape& 
       // 0 + x_0 + x_1 + ... in row order (y holds the running sums between panels), so the
       // same bits.
       constexpr std::size_t kRows = 32;
-      parallel_for((cols + kCols - 1) / kCols, kCols * rows, [&](std::size_t begin, std::size_t end) {
+      parallel_for((cols + kCols - 1) / kCols, kCols * rows * kElementCost, [&](std::size_t begin, std::size_t end) {
         const std::size_t c_end = std::min(cols, end * kCols);
         for (std::size_t r0 = 0; r0 < rows; r0 += kRows) {
           const std::size_t r1 = std::min(rows, r0 + kRows);

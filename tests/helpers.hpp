@@ -19,6 +19,7 @@
 // so touching one op's header rebuilds only the tests that use it.
 #include "xgrad/framework/errors.hpp"
 #include "xgrad/framework/gradcheck.hpp"
+#include "xgrad/framework/parallel.hpp"
 #include "xgrad/framework/runtime.hpp"
 #include "xgrad/framework/tensor.hpp"
 #include "xgrad/models/module.hpp"
@@ -143,16 +144,22 @@ template <class F> std::size_t float_bits_differ_avx2_avx512(F&& f) {
   return differ;
 }
 
-// Runs f with n op threads, then back to the suite's 1 (also when f throws).
+// Runs f with n op threads, then back to the suite's 1 (also when f throws). With n > 1 every
+// parallel_for splits its work however small (detail::set_min_parallel_work), so that the
+// suite's small inputs take the multi-threaded paths that larger ones take in use.
 template <class F> void with_threads(int n, F&& f) {
+  const std::size_t bound = detail::min_parallel_work();
   set_num_threads(n);
+  if (n > 1) detail::set_min_parallel_work(1);
   try {
     f();
   } catch (...) {
     set_num_threads(1);
+    detail::set_min_parallel_work(bound);
     throw;
   }
   set_num_threads(1);
+  detail::set_min_parallel_work(bound);
 }
 inline Tensor leaf(const std::vector<double>& v, const Shape& s) {
   Tensor t = f64(v, s);

@@ -120,9 +120,11 @@ BOOST_AUTO_TEST_CASE(uses_at_most_the_configured_threads) {
 
 BOOST_AUTO_TEST_CASE(small_work_and_nested_calls_run_inline) {
   with_threads(2, [] {
+    detail::set_min_parallel_work(kMinParallelWork);  // the default bound (with_threads lowers it to 1)
     const auto caller = std::this_thread::get_id();
     bool inline_small = true;
-    parallel_for(8, 1, [&](std::size_t, std::size_t) { inline_small &= std::this_thread::get_id() == caller; });
+    for (std::size_t cost : {std::size_t(1), kMinParallelWork / 8 - 1})
+      parallel_for(8, cost, [&](std::size_t, std::size_t) { inline_small &= std::this_thread::get_id() == caller; });
     BOOST_TEST(inline_small);
     std::atomic<int> nested_calls{0}, nested_inline{0}, outer_items{0};  // Boost.Test asserts on this thread only
     parallel_for(2, kMinParallelWork, [&](std::size_t b, std::size_t e) {
