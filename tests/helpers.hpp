@@ -144,22 +144,29 @@ template <class F> std::size_t float_bits_differ_avx2_avx512(F&& f) {
   return differ;
 }
 
-// Runs f with n op threads, then back to the suite's 1 (also when f throws). With n > 1 every
-// parallel_for splits its work however small (detail::set_min_parallel_work), so that the
-// suite's small inputs take the multi-threaded paths that larger ones take in use.
+// While it lives, every parallel_for splits its work however small
+// (detail::set_min_parallel_work), so that the suite's small inputs take the multi-threaded
+// paths that larger ones take in use; the bound before is restored after.
+struct SplitAllWork {
+  std::size_t before = detail::min_parallel_work();
+  SplitAllWork() { detail::set_min_parallel_work(1); }
+  ~SplitAllWork() { detail::set_min_parallel_work(before); }
+  SplitAllWork(const SplitAllWork&) = delete;
+  SplitAllWork& operator=(const SplitAllWork&) = delete;
+};
+
+// Runs f with n op threads, every parallel_for split (SplitAllWork), then back to the suite's 1
+// thread (also when f throws).
 template <class F> void with_threads(int n, F&& f) {
-  const std::size_t bound = detail::min_parallel_work();
+  SplitAllWork split;
   set_num_threads(n);
-  if (n > 1) detail::set_min_parallel_work(1);
   try {
     f();
   } catch (...) {
     set_num_threads(1);
-    detail::set_min_parallel_work(bound);
     throw;
   }
   set_num_threads(1);
-  detail::set_min_parallel_work(bound);
 }
 inline Tensor leaf(const std::vector<double>& v, const Shape& s) {
   Tensor t = f64(v, s);

@@ -120,7 +120,7 @@ BOOST_AUTO_TEST_CASE(uses_at_most_the_configured_threads) {
 
 BOOST_AUTO_TEST_CASE(small_work_and_nested_calls_run_inline) {
   with_threads(2, [] {
-    detail::set_min_parallel_work(kMinParallelWork);  // the default bound (with_threads lowers it to 1)
+    detail::set_min_parallel_work(kMinParallelWork);  // the default bound (with_threads lowers it to 1, then restores it)
     const auto caller = std::this_thread::get_id();
     bool inline_small = true;
     for (std::size_t cost : {std::size_t(1), kMinParallelWork / 8 - 1})

@@ -38,8 +38,10 @@ constexpr int kScale = 5;
 constexpr int kScale = 5;
 #endif
 
-// f() once per round, the thread count cycling through 2..8; back to the suite's 1 after.
+// f() once per round, the thread count cycling through 2..8, every parallel_for split
+// (test::SplitAllWork); back to the suite's 1 after.
 template <class F> void with_cycling_thread_counts(int rounds, F&& f) {
+  test::SplitAllWork split;
   for (int round = 0; round < rounds; ++round) {
     set_num_threads(2 + round % 7);
     f();
@@ -100,6 +102,7 @@ BOOST_AUTO_TEST_CASE(user_threads_running_ops_at_once) {
   for (const Tensor& t : work()) ref.push_back(t.to_vector());
   std::atomic<std::size_t> wrong{0}, calls{0};
   std::atomic<bool> failed_with_exception{false};
+  test::SplitAllWork split;  // attention and the column sums split at these sizes too
   set_num_threads(3);
   {
     std::vector<std::thread> users;
