@@ -9,6 +9,8 @@ build=${1:-build}
 steps=${2:-300}
 reps=${3:-3}
 bin=$build/examples/reverse
+check=$build/tests/check_outputs  # built with -DXGRAD_BUILD_TESTS=ON
+[ -x "$check" ] || { echo "oversubscribe.sh: no $check (configure $build with -DXGRAD_BUILD_TESTS=ON)" >&2; exit 1; }
 work=$(mktemp -d)
 hog_pid=
 cleanup() { [ -n "$hog_pid" ] && kill "$hog_pid" 2>/dev/null; rm -rf "$work"; }
@@ -34,15 +36,10 @@ hog_pid=$!
 hog1=$(run 1 hog1); hog2=$(run 2 hog2)
 kill "$hog_pid"; hog_pid=
 echo "one core busy: --threads 1 ${hog1} s   --threads 2 ${hog2} s   2 threads / 1 thread $(awk -v a="$hog2" -v b="$hog1" 'BEGIN {printf "%.2f", a / b}')"
-# A checkpoint's tensors: the bytes after its header (8-byte little-endian length, then the JSON,
-# whose metadata holds the run's wall time, "train_seconds", which differs from run to run).
-tensors_of() {
-  local n
-  n=$(od -An -t u8 -N8 "$1" | tr -d ' ')
-  tail -c +$((n + 9)) "$1"
-}
+# The checkpoints' tensors, bit for bit (tests' check_outputs; not the files: their metadata
+# holds each run's wall time, "train_seconds").
 for tag in idle2-1 hog1-1 hog2-1; do
-  cmp -s <(tensors_of "$work/idle1-1/checkpoint.safetensors") <(tensors_of "$work/$tag/checkpoint.safetensors") ||
+  "$check" same "$work/idle1-1/checkpoint.safetensors" "$work/$tag/checkpoint.safetensors" >/dev/null ||
     { echo "checkpoint of $tag differs from idle1-1 (its tensors)"; exit 1; }
 done
 echo "checkpoints: bit-identical across thread counts and load"
