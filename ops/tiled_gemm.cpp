@@ -435,28 +435,43 @@ constexpr Blocking kBlocking_narrow{128, kPanelRows * 128}, kBlocking_wide_k{204
 // K = 16 a tile is a chain of 16 dependent multiply-adds per accumulator, and 4 of them left
 // the FMA units idle half the time (the reverse model's six 16 x 16 x 16 head products,
 // BM_head_gemms: 612 ns with AVX-512 4 x 16 tiles, 519 with 8 x 16, on a Zen 5; these now run
-// tiny_gemm: 16 chains at once on AVX-512, 12 on AVX2); large: as many
-// accumulators as the registers hold (AVX-512 8 x 32: 16 of 32 zmm; AVX2 6 x 16: 12 of 16
-// ymm); narrow: the same for N <= 16. bpanel: the path's column-panel width (bpanel_width), its
+// tiny_gemm: 16 chains at once on AVX-512, 12 on AVX2); large: 16 accumulators on AVX-512 (8 x 32,
+// 16 of 32 zmm), as many as the registers hold on AVX2 (6 x 16: 12 of 16 ymm); tall, products of
+// kTallMinRows rows or more: AVX-512 12 x 32 (24 zmm accumulate, 14 loads per 24 multiply-adds
+// instead of 10 per 16; a panel's last tile of up to 8 rows on an 8 x 32 tile), the others as
+// large. On a Zen 5 core (AVX-512 units 512 bits wide) the MHA projections' six products ran
+// 69.5 -> 63.1 ms on the tiles, MHA large forward + backward 2.7-3.2% faster beside OpenBLAS's
+// Haswell kernels and even beside its Cooperlake ones (the tiles then run the heads only),
+// the reverse model's step 0.5-1.2% faster (paired in one process, thirty-second round); 14 x 32
+// was no better than 12 x 32. Under kTallMinRows (attention's 64-row blocks) the 12-row tiles'
+// last tile would waste more rows than the fewer loads save (heads at large: 1.4% slower).
+// narrow: the large tiles' rows for N <= 16. bpanel: the path's column-panel width (bpanel_width), its
 // widest tile's W, so that a tile's column block of op(B) is one contiguous stretch (AVX2's
 // 16-column tiles in 32-column panels read half of every 128 bytes: a K 512 column block's
 // 32 KiB spread over 64 KiB, and the projections' shapes at 88-90 GFLOP/s against 93-96 in
 // 16-column panels on a Zen 3).
+constexpr std::size_t kTallMinRows = 192;
 struct Tilings {
-  Tiling small, narrow, large;
+  Tiling small, narrow, large, tall;
   Blocking blocking;
   std::size_t bpanel;
 };
 #ifdef XGRAD_TILED_GEMM_X86
-const Tilings kTilings_avx512{{tiles_avx512<8, 1>, 8, 16}, {tiles_avx512<8, 1>, 8, 16}, {tiles_avx512<8, 2>, 8, 32},
-                              kBlocking_narrow, 32};
+const Tilings kTilings_avx512{{tiles_avx512<8, 1>, 8, 16},
+                              {tiles_avx512<8, 1>, 8, 16},
+                              {tiles_avx512<8, 2>, 8, 32},
+                              {tiles_avx512<12, 2>, 12, 32, tiles_avx512<8, 2>, 8},
+                              kBlocking_narrow,
+                              32};
 const Tilings kTilings_avx2{{tiles_avx2<4, 2>, 4, 16},
                             {tiles_avx2<6, 2>, 6, 16, tiles_avx2<4, 2>, 4},
                             {tiles_avx2<6, 2>, 6, 16, tiles_avx2<4, 2>, 4},
-                            kBlocking_wide_k, 16};
+                            {tiles_avx2<6, 2>, 6, 16, tiles_avx2<4, 2>, 4},
+                            kBlocking_wide_k,
+                            16};
 #endif
 const Tilings kTilings_baseline{{tiles_baseline<4, 16>, 4, 16}, {tiles_baseline<4, 16>, 4, 16},
-                                {tiles_baseline<4, 16>, 4, 16}, kBlocking_narrow, 16};
+                                {tiles_baseline<4, 16>, 4, 16}, {tiles_baseline<4, 16>, 4, 16}, kBlocking_narrow, 16};
 
 // Runs the product on tiny_gemm_avx512 or tiny_gemm_avx2 when it fits (at most 16 rows and 16
 // columns, either path) and says whether it did; Bk as rows, row stride ldb. run_tiles' first step, so
@@ -684,7 +699,7 @@ const Tilings& path_tilings() {
 #endif
 }
 const Tiling& tiling_for(const Tilings& t, std::size_t M, std::size_t N) {
-  return M <= kSmallGemmMax ? t.small : N <= 16 ? t.narrow : t.large;
+  return M <= kSmallGemmMax ? t.small : N <= 16 ? t.narrow : M >= kTallMinRows ? t.tall : t.large;
 }
 }  // namespace
 

@@ -930,7 +930,8 @@ BOOST_AUTO_TEST_CASE(float32_transpose_exact_on_every_cpu_path) {
 }
 
 // xgrad's own GEMM at attention's and mid-sized linear layers' sizes (detail::tiled_gemm:
-// 8 x 32 AVX-512, 6 x 16 AVX2 and 4 x 16 baseline tiles, op(B) read as rows; gemm<float> with a
+// 8 x 32 AVX-512 tiles (12 x 32 from 192 rows, a panel's last tile of up to 8 rows on an 8 x 32
+// one: 200, 256 and 260 rows end so), 6 x 16 AVX2 and 4 x 16 baseline tiles, op(B) read as rows; gemm<float> with a
 // transposed B packs it and runs the same), with strided operands and B sized exactly (a
 // read past column N of its last row is outside the allocation: ASan in CI). It writes C's
 // M x N block only, never reads C for beta 0, adds beta C as a separately rounded product,
