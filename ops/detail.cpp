@@ -47,17 +47,37 @@ void gemm_one_call(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std
                 C, int(ldc));
 }
 
-// How a GEMM is cut into blocks, from its shape alone (never from the thread count): OpenBLAS's
-// results for a row (or column) of C depend on where it falls in the product it is computed
-// in (the Haswell/Zen sgemm kernels differ in ~8% of elements between one 1024-row product
-// and two 512-row halves), so the blocks, and with them every bit of C, are the same for any
-// number of threads. Blocks are >= kMinBlock long and >= kMinBlockWork multiply-adds (each
-// one re-packs the other operand and pays a call: 3-6% of one-call speed at 4 blocks of 512,
-// measured in docs/PERFORMANCE_HISTORY.md), and at most kMaxBlocks.
+// How a GEMM is cut into blocks: from its shape alone wherever the cut could change bits, so
+// that every bit of C is the same for any number of threads. OpenBLAS's results for a row (or
+// column) of C can depend on where it falls in the product it is computed in (its Haswell and
+// Zen sgemm kernels differ in ~8% of elements between one 1024-row product and two 512-row
+// halves). Blocks are >= kMinBlock long and >= kMinBlockWork multiply-adds (each one re-packs
+// the other operand and pays a call: 3-6% of one-call speed at 4 blocks of 512, 12% for a
+// weight gradient on SkylakeX, measured in docs/PERFORMANCE_HISTORY.md), and at most
+// kMaxBlocks. Where OpenBLAS's cut cannot change a bit (blas_sgemm_cut_invariant) there are
+// also at most num_threads() blocks: one call on one thread. (xgrad's own kernels never depend
+// on the cut, and pack op(B) once for all blocks.)
 constexpr std::size_t kMinBlockWork = std::size_t(1) << 23;  // ~60 us on one core
 constexpr std::size_t kMinBlock = 256;
 constexpr std::size_t kMaxBlocks = 4;
 constexpr std::size_t kBlockAlign = 16;  // block lengths: multiples of the kernels' unrolling
+
+// Whether OpenBLAS's sgemm gives every element of C the same bits however the product is cut
+// into blocks as below: measured on its SkylakeX and Cooperlake kernels (0 of 1,620 products of
+// 16-2,600 x 16-2,600 x 1-2,600 cut into 2-4 blocks whenever the rule below makes blocks of
+// them, each cut against one call: every transpose, beta 0 and 1, alpha 1 and -0.37, padded
+// leading dimensions; docs/PERFORMANCE_HISTORY.md, thirty-third round). Its small-matrix
+// kernels, which it runs on products of up to ~2^20 multiply-adds, give other bits; blocks here
+// are never that small. Its Haswell and Zen kernels differ between cuts (27 of 30 products),
+// and so does its dgemm on SkylakeX (~1 in 3); other families and BLASes are not measured.
+// test_parallel's split_gemms_are_bit_identical_for_any_thread_count fails where this is wrong.
+bool blas_sgemm_cut_invariant() {
+  static const bool invariant = [] {
+    const std::string core = runtime_info().blas_core;
+    return core == "SkylakeX" || core == "Cooperlake";
+  }();
+  return invariant;
+}
 
 // Whether gemm_all_rows<float> runs an M x N x K product on tiled_gemm such that it takes a
 // row map (op(A) not transposed; op(B) as rows or in panels) or a k map (op(A) transposed, op(B)
@@ -137,7 +157,9 @@ void gemm_all_rows(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std
   // Rows [m0, m1) of C need rows [m0, m1) of op(A) only; columns [n0, n1), columns of op(B) only.
   const bool by_rows = M >= N;
   const std::size_t len = by_rows ? M : N;
-  const std::size_t blocks = std::clamp<std::size_t>(std::min(len / kMinBlock, M * N * K / kMinBlockWork), 1, kMaxBlocks);
+  std::size_t blocks = std::clamp<std::size_t>(std::min(len / kMinBlock, M * N * K / kMinBlockWork), 1, kMaxBlocks);
+  if (std::is_same_v<T, float> && !tiled && blas_sgemm_cut_invariant())
+    blocks = std::min(blocks, std::size_t(std::max(1, num_threads())));
   if (blocks == 1) return one(M, N, A, B, Bk, C, 0, rows);
   const std::size_t align = (bpanels || own_f64) && !by_rows ? width : kBlockAlign;  // width: 8, 16 or 32
   // ceil(len / blocks) rounded up to align: at most `blocks` blocks (len / blocks rounded down
