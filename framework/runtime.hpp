@@ -12,8 +12,8 @@ namespace xgrad {
 // --- threads ------------------------------------------------------------------------------
 // Threads for one op: large GEMMs run as fixed blocks and attention heads in parallel, on
 // parallel_for's workers (framework/parallel.hpp). Results never depend on the thread count:
-// how an op splits its work is a function of the shapes only, so every op, model and example
-// gives the same bits for any n (tests/test_parallel.cpp).
+// how an op splits its work is a function of the shapes only wherever the split could change
+// a bit, so every op, model and example gives the same bits for any n (tests/test_parallel.cpp).
 // Default: the environment variable XGRAD_NUM_THREADS if set (a positive integer; anything
 // else is a ValueError at first use), else the number of cores this process may run on
 // (sched_getaffinity). n < 1 is a ValueError.
