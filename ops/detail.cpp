@@ -158,7 +158,7 @@ void gemm_all_rows(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std
   const bool by_rows = M >= N;
   const std::size_t len = by_rows ? M : N;
   std::size_t blocks = std::clamp<std::size_t>(std::min(len / kMinBlock, M * N * K / kMinBlockWork), 1, kMaxBlocks);
-  if (std::is_same_v<T, float> && !tiled && blas_sgemm_cut_invariant())
+  if (std::is_same_v<T, float> && blocks > 1 && !tiled && blas_sgemm_cut_invariant())
     blocks = std::min(blocks, std::size_t(std::max(1, num_threads())));
   if (blocks == 1) return one(M, N, A, B, Bk, C, 0, rows);
   const std::size_t align = (bpanels || own_f64) && !by_rows ? width : kBlockAlign;  // width: 8, 16 or 32
