@@ -63,14 +63,15 @@ constexpr std::size_t kMaxBlocks = 4;
 constexpr std::size_t kBlockAlign = 16;  // block lengths: multiples of the kernels' unrolling
 
 // Whether OpenBLAS's sgemm gives every element of C the same bits however the product is cut
-// into blocks as below: measured on its SkylakeX and Cooperlake kernels (0 of 1,620 products of
+// into blocks as below: measured on its SkylakeX and Cooperlake kernels (0 of 1,800 products of
 // 16-2,600 x 16-2,600 x 1-2,600 cut into 2-4 blocks whenever the rule below makes blocks of
 // them, each cut against one call: every transpose, beta 0 and 1, alpha 1 and -0.37, padded
-// leading dimensions; docs/PERFORMANCE_HISTORY.md, thirty-third round). Its small-matrix
-// kernels, which it runs on products of up to ~2^20 multiply-adds, give other bits; blocks here
-// are never that small. Its Haswell and Zen kernels differ between cuts (27 of 30 products),
-// and so does its dgemm on SkylakeX (~1 in 3); other families and BLASes are not measured.
-// test_parallel's split_gemms_are_bit_identical_for_any_thread_count fails where this is wrong.
+// leading dimensions, OPENBLAS_L2_SIZE 256 KiB to 2 MiB or unset; docs/PERFORMANCE_HISTORY.md,
+// thirty-third round). Its small-matrix kernels, which it runs on products of up to ~2^20
+// multiply-adds, give other bits; blocks here are never that small. Its Haswell and Zen
+// kernels differ between cuts (27 of 30 products), and so does its dgemm on SkylakeX (~1 in 3);
+// other families and BLASes are not measured. test_parallel's
+// split_gemms_are_bit_identical_for_any_thread_count fails where this is wrong.
 bool blas_sgemm_cut_invariant() {
   static const bool invariant = [] {
     const std::string core = runtime_info().blas_core;
