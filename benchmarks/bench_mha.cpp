@@ -1,6 +1,10 @@
 // bench_mha: the workloads of the "Performance" issue, xgrad side.
 //
 //   BM_mha_bool_mask/<cfg>  the same with causality as an explicit bool attn_mask
+//   BM_mha_at_threads/large/threads:<n>  BM_mha/large on n of xgrad's threads for its duration
+//                        (set_num_threads), n = 1 and the run's count when that is not 1: run with
+//                        --benchmark_enable_random_interleaving, the thread-scaling ratio from
+//                        repetitions interleaved in one process (compare.sh)
 //   BM_mha/<cfg>         MultiHeadAttention self-attention, float32, causal (is_causal), need_weights
 //                        off, forward + backward to the input and every parameter:
 //                          out = mha(x, x, x); loss = sum(out * upstream); loss.backward()
@@ -68,6 +72,7 @@ struct MhaConfig {
 
 const MhaConfig kConfigs[] = {
     {"tiny", 1, 8, 16, 2}, {"small", 8, 32, 64, 4}, {"mid", 8, 64, 128, 8}, {"large", 4, 512, 512, 8}};
+const MhaConfig& kLarge = kConfigs[3];
 
 // The projections' part of it (in- and out-projection, forward and backward): 24 B T E^2.
 double projection_flops(const MhaConfig& c) { return 24.0 * double(c.B) * double(c.T) * double(c.E) * double(c.E); }
@@ -106,6 +111,15 @@ void BM_mha(benchmark::State& state, MhaConfig c, bool bool_mask) {
   set_flops(state, mha_flops(c));
   state.counters["B"] = double(c.B), state.counters["T"] = double(c.T);
   state.counters["E"] = double(c.E), state.counters["H"] = double(c.H);
+}
+
+// BM_mha on n threads, the run's count (XGRAD_THREADS) restored after.
+void BM_mha_at_threads(benchmark::State& state, MhaConfig c, int n) {
+  const int run_threads = xgrad::num_threads();
+  xgrad::set_num_threads(n);
+  BM_mha(state, c, false);
+  xgrad::set_num_threads(run_threads);
+  state.counters["threads"] = n;
 }
 
 // Raw cblas_sgemm at large's in-projection size, with `threads` OpenBLAS threads.
@@ -211,6 +225,11 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMillisecond);
   for (const MhaConfig& c : kConfigs)
     benchmark::RegisterBenchmark((std::string("BM_mha_bool_mask/") + c.name).c_str(), BM_mha, c, true)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  for (const int n : threads != 1 ? std::vector<int>{1, threads} : std::vector<int>{1})
+    benchmark::RegisterBenchmark(("BM_mha_at_threads/large/threads:" + std::to_string(n)).c_str(), BM_mha_at_threads,
+                                 kLarge, n)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_cblas_sgemm_ref/threads:1", BM_cblas_sgemm_ref, 1)
