@@ -109,6 +109,12 @@ run_xgrad() {  # threads, tag, filter
     --benchmark_out="$out/xgrad_t$1_$2.json" >"$out/xgrad_t$1_$2.log" 2>&1 ||
     echo "compare.sh: xgrad $2 (threads $1) failed; see $out/xgrad_t$1_$2.log" >&2
 }
+run_interleaved() {  # threads, output stem, what, filter: one process, the repetitions interleaved
+  echo "  xgrad $3, interleaved (threads $1)" >&2
+  XGRAD_THREADS=$1 "$bench" "${gb_args[@]}" --benchmark_enable_random_interleaving=true --benchmark_filter="$4" \
+    --benchmark_out="$out/$2.json" >"$out/$2.log" 2>&1 ||
+    echo "compare.sh: xgrad $3 (threads $1) failed; see $out/$2.log" >&2
+}
 run_torch() {  # threads, tag, torch_mha.py args...
   local t=$1 tag=$2
   shift 2
@@ -146,19 +152,13 @@ for t in $threads_list; do
   done
   run_xgrad "$t" cblas "^BM_cblas_"
   run_xgrad "$t" large "^BM_mha/large/"
-  if [[ $t == 1 ]]; then  # item 3: large and its sgemm reference in one process, repetitions interleaved
-    echo "  xgrad item 3: large and the sgemm reference interleaved (threads 1)" >&2
-    XGRAD_THREADS=1 "$bench" "${gb_args[@]}" --benchmark_enable_random_interleaving=true \
-      --benchmark_filter='^BM_mha/large/|^BM_cblas_sgemm_ref/threads:1' \
-      --benchmark_out="$out/item3_xgrad_t1.json" >"$out/item3_xgrad_t1.log" 2>&1 ||
-      echo "compare.sh: xgrad item 3 run failed; see $out/item3_xgrad_t1.log" >&2
-  fi
-  if [[ $t != 1 ]]; then  # thread scaling: large at t threads and at 1 in one process, repetitions interleaved
-    echo "  xgrad large at $t threads and at 1, interleaved (threads $t)" >&2
-    XGRAD_THREADS=$t "$bench" "${gb_args[@]}" --benchmark_enable_random_interleaving=true \
-      --benchmark_filter="^BM_mha_at_threads/large/threads:(1|$t)/" \
-      --benchmark_out="$out/xgrad_t${t}_scaling.json" >"$out/xgrad_t${t}_scaling.log" 2>&1 ||
-      echo "compare.sh: xgrad scaling run (threads $t) failed; see $out/xgrad_t${t}_scaling.log" >&2
+  # item 3 (large against its 1-thread sgemm reference) and the thread scaling (large at t
+  # threads against 1): each pair in one process (item3_*: outside the xgrad_t* files, whose
+  # BM_mha/large medians are the passes')
+  if [[ $t == 1 ]]; then
+    run_interleaved 1 item3_xgrad_t1 "item 3: large and the sgemm reference" '^BM_mha/large/|^BM_cblas_sgemm_ref/threads:1'
+  else
+    run_interleaved "$t" "xgrad_t${t}_scaling" "large at $t threads and at 1" "^BM_mha_at_threads/large/threads:(1|$t)/"
   fi
   run_xgrad "$t" large_mask "^BM_mha_bool_mask/large/"
   run_torch "$t" large --configs large
