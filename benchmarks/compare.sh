@@ -204,6 +204,11 @@ def performed_flops(B, T, E, H, block=64):
     rc = sum((min(T, r0 + block) - r0) * min(T, r0 + block) for r0 in range(0, T, block))
     return 24.0 * B * T * E * E + 2.0 * gemms * B * E * rc, gemms
 
+def verdict(met):
+    return "met" if met else "NOT met"
+
+SCALING_TARGET = 1.7  # large at n threads against 1
+
 def to_ms(v, unit):
     return v * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
 
@@ -311,7 +316,7 @@ if x3 and ref3:
     print(f"  xgrad on the GEMM FLOPs it performs ({pf * 1e-9:.2f} GFLOP: causal future blocks skipped,"
           f" {gemms} GEMMs per head and row block, the probabilities "
           f"{'kept' if gemms == 6 else 'recomputed in the backward'}) {gpf:.1f} GFLOP/s = {ppf:.0f}%"
-          f" (target >= 90%: {'met' if ppf >= 90 else 'NOT met'})")
+          f" (target >= 90%: {verdict(ppf >= 90)})")
     print(f"  counted dense as PyTorch performs them ({fl * 1e-9:.2f} GFLOP): {gx:.1f} GFLOP/s = {pct:.0f}%")
     if floor:
         gfl = fl * 1e-6 / floor
@@ -332,7 +337,7 @@ for t in threads_list:
     if x1 and xt:
         s = x1 / xt
         line = (f"large, {t} threads vs 1 (the two passes, minutes apart): xgrad speedup {s:.2f}x"
-                f" (target >= 1.7x: {'met' if s >= 1.7 else 'NOT met'})")
+                f" (target >= {SCALING_TARGET}x: {verdict(s >= SCALING_TARGET)})")
         p1 = tc.get(("1", "BM_mha/large"))
         if p1 and pt:
             line += f"; torch speedup {p1 / pt:.2f}x"
@@ -341,7 +346,7 @@ for t in threads_list:
     if a1 and at:
         s = a1 / at
         print(f"large, {t} threads vs 1, repetitions interleaved in one process: {a1:.1f} / {at:.1f} ms ="
-              f" {s:.2f}x (target >= 1.7x: {'met' if s >= 1.7 else 'NOT met'})")
+              f" {s:.2f}x (target >= {SCALING_TARGET}x: {verdict(s >= SCALING_TARGET)})")
 
 print()
 print("Training step of the reverse example's default model (forward, backward, clip, AdamW)")
@@ -352,7 +357,7 @@ for t in threads_list:
     line = f"  threads {t}: xgrad {x:.2f} ms/step (padding skipped, the example's default: less work than torch's step)"
     if p:
         r = x / p
-        line += f", torch {p:.2f} ms/step, ratio {r:.2f} (target <= 0.3: {'met' if r <= 0.3 else 'NOT met'})"
+        line += f", torch {p:.2f} ms/step, ratio {r:.2f} (target <= 0.3: {verdict(r <= 0.3)})"
     d = xg.get((t, "BM_train_step_reverse_dense"))
     if d is not None:
         line += f"; every position (--dense, as torch): xgrad {d:.2f} ms/step" + (f", ratio {d / p:.2f}" if p else "")
@@ -371,7 +376,7 @@ if rx:
     if rp and "peak_rss_kb" in rp:
         r = rx["peak_rss_kb"] / rp["peak_rss_kb"]
         line += (f", torch {rp['peak_rss_kb'] / 1024:.1f} MiB (after import torch: {rp['baseline_rss_kb'] / 1024:.1f} MiB),"
-                 f" ratio {r:.2f} (target <= 0.5: {'met' if r <= 0.5 else 'NOT met'})")
+                 f" ratio {r:.2f} (target <= 0.5: {verdict(r <= 0.5)})")
         dx, dp = rx["peak_rss_kb"] - rx["baseline_rss_kb"], rp["peak_rss_kb"] - rp["baseline_rss_kb"]
         if dp > 0:
             line += f"\n    growth above baseline: xgrad {dx / 1024:.1f} MiB, torch {dp / 1024:.1f} MiB, ratio {dx / dp:.2f}"
