@@ -117,7 +117,7 @@ Tensor Node::output() const {
   return Tensor(std::move(impl));
 }
 
-std::vector<Tensor> Node::apply(const Tensor& grad, bool create_graph) const {
+void Node::check_runnable() const {
   if (released_)
     throw_error<GraphError>("backward", "trying to backward through the graph a second time (at op '", name_,
                             "'): its saved values were freed by the first backward; pass retain_graph=true to the "
@@ -127,6 +127,10 @@ std::vector<Tensor> Node::apply(const Tensor& grad, bool create_graph) const {
       modified_in_place(name_, "input " + std::to_string(i), inputs_[i], versions_[i]);
   if (output_ && output_->value->version != output_version_)
     modified_in_place(name_, "its output", Tensor(output_), output_version_);
+}
+
+std::vector<Tensor> Node::apply(const Tensor& grad, bool create_graph) const {
+  check_runnable();
   const std::string* outer = g_in_backward_of;
   g_in_backward_of = &name_;
   std::vector<Tensor> grads;
@@ -283,7 +287,7 @@ Graph discover(const std::vector<Tensor>& outputs) {
     Tensor t = std::move(stack.back());
     stack.pop_back();
     if (const auto& node = t.impl()->grad_fn) {
-      if (node->released()) node->apply(Tensor(), false);  // throws the "second time" error
+      if (node->released()) node->check_runnable();  // throws the "second time" error
       for (const auto& in : node->inputs()) {
         if (!in.requires_grad()) continue;
         ++graph.consumers[key_of(in)];
@@ -376,6 +380,16 @@ bool accumulate_in_place(const Tensor& acc, const Tensor& g) {
   return true;
 }
 
+// g itself when this backward holds it alone, else a copy: a leaf's .grad never shares its
+// storage with another leaf's .grad, a user's grad_output or a node's saved tensor (add's
+// backward sends one tensor to both inputs), so writing one gradient in place (mutable_data)
+// changes no other. PyTorch's AccumulateGrad steals or clones by the same rule.
+Tensor owned(Tensor g) {
+  const TensorImpl& i = *g.impl();
+  if (g.impl_ptr().use_count() == 1 && (!i.value || i.value.use_count() == 1)) return g;
+  return g.clone();
+}
+
 // Runs reverse mode from outputs. When `targets` is null, leaf gradients accumulate into
 // .grad; otherwise the gradient reaching each target tensor is stored in (*targets)[key], and
 // only nodes with a target behind them run their backward.
@@ -387,6 +401,17 @@ void run_backward(const char* who, const std::vector<Tensor>& outputs,
   std::unordered_set<Key> reach;
   if (targets) reach = reaching_targets(outputs, graph, *targets);
   auto keep = [&](Key key) { return !targets || reach.count(key) > 0; };
+
+  // Every node that will run is checked first (released, inputs modified in place), so a
+  // backward that fails there has changed nothing; one that fails later (a backward function
+  // throws, memory runs out) restores the .grad it had set, though nodes it ran are released.
+  for (const Tensor& t : graph.tensors)
+    if (const auto& node = t.impl()->grad_fn; node && keep(key_of(t)))
+      for (const auto& in : node->inputs())
+        if (in.requires_grad() && keep(key_of(in))) {
+          node->check_runnable();
+          break;
+        }
 
   const auto observers = targets ? nullptr : observers_now();
   if (observers)
@@ -405,36 +430,43 @@ void run_backward(const char* who, const std::vector<Tensor>& outputs,
   // Step 4: Kahn's algorithm. A tensor's gradient is complete once all its consumers ran;
   // its node's backward (the fused op's differentiable one under create_graph) then sends
   // one contribution to each kept input.
-  kahn_order(outputs, graph.consumers, keep, [&](const Tensor& t) -> std::vector<Tensor> {
-    const Key key = key_of(t);
-    Tensor g = std::move(grads[key]);
-    grads.erase(key);
-    if (targets) {
-      auto it = targets->find(key);
-      if (it != targets->end()) it->second = g;
-    }
-    const auto& node = t.impl()->grad_fn;
-    if (!node) {
-      if (!targets && g.defined()) {
-        Tensor acc = t.impl()->grad.defined() ? add(t.impl()->grad, g) : g;
-        t.impl()->grad = create_graph ? acc : acc.detach();
-        if (observers)
-          for (const auto& o : *observers) o->leaf_grad_ready(t);
+  std::vector<std::pair<TensorImpl*, Tensor>> set_grads;  // each leaf written, with its .grad before
+  try {
+    kahn_order(outputs, graph.consumers, keep, [&](const Tensor& t) -> std::vector<Tensor> {
+      const Key key = key_of(t);
+      Tensor g = std::move(grads[key]);
+      grads.erase(key);
+      if (targets) {
+        auto it = targets->find(key);
+        if (it != targets->end()) it->second = g;
       }
-      return {};
-    }
-    std::vector<Tensor> inputs = node->inputs();
-    bool expand = false;  // some input is kept: else t is a target with nothing to reach behind it
-    for (const auto& in : inputs) expand = expand || (in.requires_grad() && keep(key_of(in)));
-    if (!expand) return {};
-    std::vector<Tensor> in_grads;
-    if (g.defined()) in_grads = node->apply(g, create_graph);
-    if (!retain_graph) node->release();
-    for (std::size_t i = 0; i < inputs.size() && i < in_grads.size(); ++i)
-      if (inputs[i].requires_grad() && keep(key_of(inputs[i])) && in_grads[i].defined())
-        accumulate(key_of(inputs[i]), in_grads[i]);
-    return inputs;
-  });
+      const auto& node = t.impl()->grad_fn;
+      if (!node) {
+        if (!targets && g.defined()) {
+          Tensor acc = t.impl()->grad.defined() ? add(t.impl()->grad, g) : create_graph ? g : owned(std::move(g));
+          set_grads.emplace_back(t.impl(), t.impl()->grad);
+          t.impl()->grad = create_graph ? acc : acc.detach();
+          if (observers)
+            for (const auto& o : *observers) o->leaf_grad_ready(t);
+        }
+        return {};
+      }
+      std::vector<Tensor> inputs = node->inputs();
+      bool expand = false;  // some input is kept: else t is a target with nothing to reach behind it
+      for (const auto& in : inputs) expand = expand || (in.requires_grad() && keep(key_of(in)));
+      if (!expand) return {};
+      std::vector<Tensor> in_grads;
+      if (g.defined()) in_grads = node->apply(g, create_graph);
+      if (!retain_graph) node->release();
+      for (std::size_t i = 0; i < inputs.size() && i < in_grads.size(); ++i)
+        if (inputs[i].requires_grad() && keep(key_of(inputs[i])) && in_grads[i].defined())
+          accumulate(key_of(inputs[i]), in_grads[i]);
+      return inputs;
+    });
+  } catch (...) {
+    for (auto it = set_grads.rbegin(); it != set_grads.rend(); ++it) it->first->grad = std::move(it->second);
+    throw;
+  }
   if (observers)
     for (const auto& o : *observers) o->backward_finished();
 }
@@ -484,7 +516,13 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
     if (!g.defined() && !options.allow_unused)
       throw_error<GraphError>("grad", "input ", i, " of shape ", inputs[i].shape(),
                               " is not used to compute the outputs (pass allow_unused)");
-    result.push_back(options.create_graph || !g.defined() ? g : g.detach());
+    if (!options.create_graph && g.defined()) {
+      // no two results share a storage (add's backward sends one tensor to both inputs)
+      bool shared = false;
+      for (const Tensor& r : result) shared = shared || (r.defined() && r.impl()->value && r.impl()->value == g.impl()->value);
+      g = shared ? g.clone() : g.detach();
+    }
+    result.push_back(g);
   }
   return result;
 }

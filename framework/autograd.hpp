@@ -62,6 +62,10 @@ class Node : public std::enable_shared_from_this<Node> {
   // Engine use: runs the backward for this pass (a fused op's differentiable one when
   // create_graph), validating what it returns.
   std::vector<Tensor> apply(const Tensor& grad, bool create_graph) const;
+  // Engine use: GraphError when this node was released or an input or its output was
+  // modified in place since the forward (what apply() would throw before running). The engine
+  // asks every node it will run before it runs any, so such a backward changes no .grad.
+  void check_runnable() const;
   // Frees inputs and saved state after a backward without retain_graph.
   void release();
 

@@ -252,6 +252,66 @@ BOOST_AUTO_TEST_CASE(gradient_sums_in_place_never_write_a_tensor_held_elsewhere)
   BOOST_TEST(allclose(a.grad(), g[2], 0, 0));
 }
 
+// A leaf's .grad is its own storage (framework/autograd.cpp, owned): add's backward hands one
+// tensor to both inputs and an identity-like backward may hand on the user's grad_output, yet
+// writing one .grad in place (as p.grad.mul_(s) in PyTorch) changes no other tensor. grad()'s
+// results do not share a storage either.
+BOOST_AUTO_TEST_CASE(leaf_gradients_never_share_a_storage) {
+  Tensor a = leaf({1, 2}, {2}), b = leaf({3, 4}, {2});
+  sum(add(a, b)).backward();
+  BOOST_TEST(a.grad().raw_data() != b.grad().raw_data());
+  for (const Tensor& p : {a, b}) {
+    double* g = p.grad().mutable_data<double>();
+    g[0] *= 0.5, g[1] *= 0.5;
+  }
+  BOOST_TEST(allclose(a.grad(), {0.5, 0.5}, 0, 0));
+  BOOST_TEST(allclose(b.grad(), {0.5, 0.5}, 0, 0));
+
+  Tensor x = leaf({1, 2}, {2});
+  const Tensor go = test::f64({5, 6}, {2});
+  add(x, zeros({2}, DType::Float64)).backward(go);  // add passes go itself to x
+  BOOST_TEST(x.grad().raw_data() != go.raw_data());
+  x.grad().mutable_data<double>()[0] = 0;
+  BOOST_TEST(allclose(go, {5, 6}, 0, 0));
+
+  Tensor c = leaf({1, 2}, {2}), d = leaf({3, 4}, {2});
+  const auto g = grad({sum(add(c, d))}, {c, d});
+  BOOST_TEST(g[0].raw_data() != g[1].raw_data());
+  BOOST_TEST(allclose(g[0], {1, 1}, 0, 0));
+  BOOST_TEST(allclose(g[1], {1, 1}, 0, 0));
+}
+
+// A backward that fails because a saved input was modified in place changes no .grad and
+// frees nothing: every node it will run is checked before any runs. One that fails inside a
+// backward function puts back the .grad it had already set.
+BOOST_AUTO_TEST_CASE(a_failed_backward_leaves_every_grad_as_it_was) {
+  Tensor a = leaf({1, 2}, {2}), b = leaf({0.5, 1}, {2});
+  Tensor y = add(sum(exp(mul_scalar(b, 0.1))), sum(a));
+  b.bump_version();  // an in-place write after the forward
+  BOOST_CHECK_THROW(y.backward(), GraphError);
+  BOOST_TEST(!a.grad().defined());
+  BOOST_TEST(!b.grad().defined());
+  BOOST_CHECK_THROW(y.backward(), GraphError);  // the same error again, not "a second time"
+  try {
+    y.backward();
+  } catch (const GraphError& e) {
+    BOOST_TEST(std::string(e.what()).find("modified in place") != std::string::npos, e.what());
+  }
+
+  // a's gradient is set (sum's branch runs first: the later-recorded input of add), then the
+  // other branch's backward throws: a.grad is back to its earlier value.
+  Tensor p = leaf({1, 2}, {2}), q = leaf({3, 4}, {2});
+  p.set_grad(test::f64({7, 8}, {2}));
+  Tensor failing = record("failing_op", mul_scalar(q.detach(), 1), {q},
+                          [](const Node&, const Tensor&) -> std::vector<Tensor> {
+                            throw ValueError("failing_op: backward fails on purpose");
+                          });
+  Tensor z = add(sum(failing), sum(p));
+  BOOST_CHECK_THROW(z.backward(), ValueError);
+  BOOST_TEST(allclose(p.grad(), {7, 8}, 0, 0));
+  BOOST_TEST(!q.grad().defined());
+}
+
 BOOST_AUTO_TEST_CASE(graph_is_freed_with_its_last_handle) {
   Tensor x = leaf({1, 2}, {2});
   std::weak_ptr<Node> node;
