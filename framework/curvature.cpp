@@ -28,6 +28,7 @@ HessianOperator::HessianOperator(const TensorFn& f, const Tensors& inputs, const
 
 Tensors HessianOperator::operator()(const Tensors& v) const {
   check_vectors("HessianOperator", "vector", v, xs_);
+  EnableGradGuard grad_on;  // <grad f, v> is recorded even inside NoGradGuard
   ++*products_;
   const Tensor s = inner(gradient_, v, value_.dtype());
   Tensors hv(xs_.size());

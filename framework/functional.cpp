@@ -227,6 +227,7 @@ class JacobianBlock {
 };
 
 VjpResult vjp_impl(const char* op, const TensorFn& f, const Tensors& inputs, Tensor u, const FunctionalOptions& o) {
+  EnableGradGuard grad_on;  // every transform records what it composes, even inside NoGradGuard
   const Tensors xs = prepare_inputs(op, inputs, o.create_graph);
   const Tensor y = evaluate(op, f, xs);
   if (!u.defined()) {
@@ -262,6 +263,7 @@ VjpResult value_and_grad(const TensorFn& f, const Tensors& inputs, const Functio
 
 JvpResult jvp(const TensorFn& f, const Tensors& inputs, const Tensors& tangents, const FunctionalOptions& o) {
   const char* op = "jvp";
+  EnableGradGuard grad_on;
   check_vectors(op, "tangent", tangents, inputs);
   const Tensors xs = prepare_inputs(op, inputs, o.create_graph);
   const Tensor y = evaluate(op, f, xs);
@@ -282,6 +284,7 @@ JvpResult jvp(const TensorFn& f, const Tensors& inputs, const Tensors& tangents,
 
 Tensors jacobian(const TensorFn& f, const Tensors& inputs, JacobianMode mode, const FunctionalOptions& o) {
   const char* op = "jacobian";
+  EnableGradGuard grad_on;
   const Tensors xs = prepare_inputs(op, inputs, o.create_graph);
   const Tensor y = evaluate(op, f, xs);
   const std::vector<bool> used = used_inputs(op, y, xs, o.allow_unused);
@@ -321,6 +324,7 @@ Tensors jacobian(const TensorFn& f, const Tensors& inputs, JacobianMode mode, co
 
 std::vector<Tensors> hessian(const TensorFn& f, const Tensors& inputs, const FunctionalOptions& o) {
   const char* op = "hessian";
+  EnableGradGuard grad_on;
   const GradientGraph g = gradient_graph(op, f, inputs, nullptr, o);
   const Tensors& xs = g.xs;
   std::vector<std::pair<Shape, DType>> blocks;
@@ -345,6 +349,7 @@ std::vector<Tensors> hessian(const TensorFn& f, const Tensors& inputs, const Fun
 }
 
 HvpResult vhp(const TensorFn& f, const Tensors& inputs, const Tensors& v, const FunctionalOptions& o) {
+  EnableGradGuard grad_on;
   const GradientGraph g = gradient_graph("vhp", f, inputs, &v, o);
   Tensors prod(g.xs.size());
   const Tensor s = inner(g.gs, v, g.y.dtype());  // <grad f, v>; its gradient is v^T H
@@ -353,6 +358,7 @@ HvpResult vhp(const TensorFn& f, const Tensors& inputs, const Tensors& v, const 
 }
 
 HvpResult hvp(const TensorFn& f, const Tensors& inputs, const Tensors& v, const FunctionalOptions& o) {
+  EnableGradGuard grad_on;
   const GradientGraph g = gradient_graph("hvp", f, inputs, &v, o);
   // H^T u = vjp(grad f, u) recorded for dummy cotangents u; H v = d/du <H^T u, v>.
   Tensors prod(g.xs.size()), active, us;

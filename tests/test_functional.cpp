@@ -14,6 +14,7 @@
 #include "golden.hpp"
 #include "helpers.hpp"
 #include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/curvature.hpp"
 #include "xgrad/framework/functional.hpp"
 #include "xgrad/models/attention.hpp"
 #include "xgrad/models/layers.hpp"
@@ -194,6 +195,28 @@ BOOST_AUTO_TEST_CASE(transforms_leave_grads_and_grad_mode_alone) {
   BOOST_TEST(!x.grad().defined());
   BOOST_TEST(!is_grad_enabled());
   BOOST_TEST(!hessian(f, {x})[0][0].requires_grad());
+}
+
+// The transforms record what they compose themselves (<J^T u, v>, <grad f, v>), so each one
+// works inside NoGradGuard, as PyTorch's torch.autograd.functional does: f = sum(x^3) has
+// H v = 6 x v, g = exp(2x) has J v = 2 e^(2x) v.
+BOOST_AUTO_TEST_CASE(every_transform_works_inside_no_grad_guard) {
+  Rng rng(7);
+  const Tensor x = randn64({3}, rng), v = randn64({3}, rng);
+  const TensorFn f = [](const Tensors& in) { return sum(pow(in[0], 3.0)); };
+  const TensorFn g = [](const Tensors& in) { return exp(mul_scalar(in[0], 2.0)); };
+  const auto xv = x.to_vector(), vv = v.to_vector();
+  std::vector<double> hv(3), jv(3);
+  for (std::size_t i = 0; i < 3; ++i) hv[i] = 6 * xv[i] * vv[i], jv[i] = 2 * std::exp(2 * xv[i]) * vv[i];
+  NoGradGuard off;
+  BOOST_TEST(allclose(jvp(g, {x}, {v}).tangent, jv, 1e-13, 0));
+  BOOST_TEST(allclose(vhp(f, {x}, {v}).product[0], hv, 1e-13, 0));
+  BOOST_TEST(allclose(hvp(f, {x}, {v}).product[0], hv, 1e-13, 0));
+  BOOST_TEST(allclose(HessianOperator(f, {x})({v})[0], hv, 1e-13, 0));
+  for (const JacobianMode mode : {JacobianMode::Forward, JacobianMode::Reverse})
+    BOOST_TEST(allclose(test::f64(matvec(jacobian(g, {x}, mode)[0], v), {3}), jv, 1e-13, 0));
+  BOOST_TEST(allclose(test::f64(matvec(hessian(f, {x})[0][0], v), {3}), hv, 1e-13, 0));
+  BOOST_TEST(!is_grad_enabled());
 }
 
 BOOST_AUTO_TEST_CASE(float32_inputs_give_float32_results) {
