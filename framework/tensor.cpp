@@ -578,6 +578,12 @@ std::size_t normalize_axis(const char* op, long axis, const Shape& shape) {
   return static_cast<std::size_t>(axis < 0 ? axis + r : axis);
 }
 
+void check_scalar_axis(const char* op, long axis, const char* arg) {
+  if (axis != 0 && axis != -1)
+    throw_error<IndexError>(op, "axis ", axis, " is out of range for argument '", arg,
+                            "' of shape () (rank 0: axis 0 or -1)");
+}
+
 std::size_t normalize_axis(const char* op, long axis, std::size_t rank) {
   long r = static_cast<long>(rank);
   if (axis < -r || axis >= r)

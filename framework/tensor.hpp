@@ -261,5 +261,8 @@ void check_same_shape(const char* op, const char* arg_a, const Tensor& a, const 
 // tensor of rank `rank`); IndexError naming op, axis and shape otherwise.
 std::size_t normalize_axis(const char* op, long axis, const Shape& shape);
 std::size_t normalize_axis(const char* op, long axis, std::size_t rank);
+// For an op that takes a rank-0 argument as one element along axis 0: IndexError naming
+// argument `arg` of shape () unless axis is 0 or -1 (as PyTorch).
+void check_scalar_axis(const char* op, long axis, const char* arg = "x");
 
 }  // namespace xgrad

@@ -337,6 +337,9 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     if (!names.insert(name).second)
       throw_error<ValueError>(op, "'", path, "': tensor name '", name, "' appears more than once");
     if (!t.defined()) throw_error<ValueError>(op, "'", path, "': tensor '", name, "' is undefined");
+    if (t.dim() > kMaxArray)  // load_safetensors refuses such a shape
+      throw_error<ValueError>(op, "'", path, "': tensor '", name, "' has rank ", t.dim(), ", more than the ", kMaxArray,
+                              " a safetensors file holds here");
     const std::uint64_t nbytes = std::uint64_t(t.numel()) * itemsize(t.dtype());
     header[name] = {{"dtype", st_dtype(t.dtype())},
                     {"shape", t.shape()},

@@ -30,9 +30,9 @@ struct SafetensorsFile {
 };
 
 // Writes `tensors` (offsets contiguous in the given order) and `metadata` to `path`.
-// ValueError for bad arguments (undefined tensor, empty, duplicate or "__metadata__" name),
-// checked before any file is touched; IOError for any I/O failure (temporary file removed,
-// previous file at `path` intact).
+// ValueError for bad arguments (undefined tensor, rank over 64, empty, duplicate or
+// "__metadata__" name), checked before any file is touched; IOError for any I/O failure
+// (temporary file removed, previous file at `path` intact).
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 

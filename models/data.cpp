@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "xgrad/framework/array.hpp"
+#include "xgrad/framework/runtime.hpp"
 #include "xgrad/models/data.hpp"
 
 namespace xgrad {
@@ -41,6 +42,11 @@ BatchSampler::BatchSampler(Count num_examples, const BatchSamplerOptions& o)
                             tail, " examples, fewer than world_size ", W,
                             ": some rank would get none; use drop_last(true) or another batch size");
   batches_ = o.drop_last() ? n_ / B : (n_ + B - 1) / B;
+  if (n_ > (std::size_t(1) << 40)) throw_error<ValueError>(op, "num_examples ", n_, " is more than 2^40");
+  if (n_ > max_tensor_bytes() / sizeof(std::size_t))  // epoch_order's indices, before any is made
+    throw_error<MemoryError>(op, "num_examples ", n_, ": an epoch's order (", n_, " indices of ", sizeof(std::size_t),
+                             " bytes) takes more than max_tensor_bytes() = ", max_tensor_bytes(),
+                             " (raise it with set_max_tensor_bytes or XGRAD_MAX_TENSOR_BYTES)");
 }
 
 std::uint64_t BatchSampler::epoch_seed(std::uint64_t seed, std::uint64_t epoch) {

@@ -89,7 +89,8 @@ class BatchSampler {
  public:
   // num_examples >= 1. ValueError (naming BatchSampler and the arguments) when the settings
   // leave some epoch with no batch (drop_last and batch_size > num_examples) or some rank
-  // with no example in a batch (see above).
+  // with no example in a batch (see above); MemoryError when an epoch's order (num_examples
+  // indices of 8 bytes) would be over max_tensor_bytes() (ValueError past 2^40 examples).
   BatchSampler(Count num_examples, const BatchSamplerOptions& options);
 
   std::size_t num_examples() const { return n_; }

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/runtime.hpp"
 #include "xgrad/ops/ops.hpp"
 
 namespace xgrad {
@@ -230,6 +231,17 @@ std::vector<std::vector<BeamHypothesis>> beam_search(DecodingSession& session, c
     std::size_t beam;
     std::int64_t token;
   };
+  // What the search holds per hypothesis (the session's row index, its beam, the tokens fed,
+  // parents and next tokens) and per row and step (K V candidates), against max_tensor_bytes():
+  // an absurd beam_width is a MemoryError before anything is allocated.
+  auto check_bytes = [&](std::size_t count, std::size_t item, const char* what) {
+    if (count != 0 && item > max_tensor_bytes() / count)
+      throw_error<MemoryError>(op, "beam_width ", K, " for ", N, N == 1 ? " row" : " rows", ": ", what, " (", count,
+                               " of ", item, " bytes) take more than max_tensor_bytes() = ", max_tensor_bytes());
+  };
+  if (N != 0 && K > std::numeric_limits<std::size_t>::max() / N)
+    throw_error<ValueError>(op, "beam_width ", K, " for ", N, " rows: ", N, " x ", K, " hypotheses do not fit in 64 bits");
+  check_bytes(N * K, sizeof(Beam) + 4 * sizeof(std::size_t), "the hypotheses");
   // K rows per source row; only the first beam is live at the start.
   std::vector<std::size_t> rows;
   for (std::size_t n = 0; n < N; ++n) rows.insert(rows.end(), K, n);
@@ -249,6 +261,9 @@ std::vector<std::vector<BeamHypothesis>> beam_search(DecodingSession& session, c
   for (std::size_t k = 0; k < m; ++k) {
     std::size_t V = 0;
     const std::vector<double> lp = step_log_probs(session, cur, V);
+    if (V != 0 && K > std::numeric_limits<std::size_t>::max() / V)
+      throw_error<ValueError>(op, "beam_width ", K, " x vocabulary ", V, " candidates do not fit in 64 bits");
+    check_bytes(K * V, sizeof(Candidate), "a row's candidates");
     std::vector<std::size_t> parent(N * K);
     std::vector<std::int64_t> next(N * K, o.eos);
     for (std::size_t n = 0; n < N; ++n) {

@@ -96,6 +96,8 @@ std::vector<std::vector<std::int64_t>> greedy_decode(DecodingSession& session, c
 // heuristic of Hugging Face's BeamSearchScorer, early_stopping=False), or at max_length, when
 // the live hypotheses join the finished ones (finished = false). beam_width 1 gives exactly
 // greedy_decode's tokens. Returns per row up to beam_width hypotheses, best first.
+// MemoryError when the batch's hypotheses, or a row's beam_width x vocabulary candidates,
+// would take more than max_tensor_bytes() (checked before they are made).
 struct BeamSearchOptions {
   std::size_t beam_width = 4;
   double length_penalty = 0.6;

@@ -82,7 +82,7 @@ template <class F> decltype(auto) dispatch_numeric(const Tensor& x, F&& f) {
 // must then be 0 or -1 (as PyTorch); returns the normalised axis of the (possibly reshaped) x.
 std::size_t axis_of(const char* op, long axis, Tensor& x) {
   if (x.dim() == 0) {
-    normalize_axis(op, axis, std::size_t(1));  // IndexError unless 0 or -1
+    check_scalar_axis(op, axis, "x");
     x = reshape(x, {1});
     return 0;
   }
@@ -391,7 +391,7 @@ Tensor scatter_add(const Tensor& x, long axis, const Tensor& index, const Tensor
   check_addable(op, x, src);
   check_int64(op, "index", index);
   if (x.dim() == 0) {  // the rank-0 case through rank 1, as gather
-    normalize_axis(op, axis, std::size_t(1));  // IndexError unless 0 or -1
+    check_scalar_axis(op, axis, "x");
     return reshape(scatter_add(reshape(x, {1}), 0, index.dim() == 0 ? reshape(index, {1}) : index,
                                src.dim() == 0 ? reshape(src, {1}) : src),
                    {});
@@ -477,7 +477,7 @@ Tensor index_add(const Tensor& x, long axis, const Tensor& index_in, const Tenso
   const char* op = "index_add";
   check_addable(op, x, src);
   if (x.dim() == 0) {  // the rank-0 case through rank 1, as index_select
-    normalize_axis(op, axis, std::size_t(1));  // IndexError unless 0 or -1
+    check_scalar_axis(op, axis, "x");
     return reshape(index_add(reshape(x, {1}), 0, index_in, src.dim() == 0 ? reshape(src, {1}) : src), {});
   }
   const std::size_t ax = normalize_axis(op, axis, x.shape());
@@ -553,7 +553,7 @@ Tensor index_add_zeros(const Shape& shape, long axis, const Tensor& index_in, co
   const char* op = "index_add_zeros";
   check_addable_src(op, src);
   if (shape.empty()) {  // the rank-0 case through rank 1, as index_add
-    normalize_axis(op, axis, std::size_t(1));  // IndexError unless 0 or -1
+    check_scalar_axis(op, axis, "shape");
     return reshape(index_add_zeros({1}, 0, index_in, src.dim() == 0 ? reshape(src, {1}) : src), {});
   }
   const std::size_t ax = normalize_axis(op, axis, shape);

@@ -332,7 +332,7 @@ Tensor cumsum_dir(const Tensor& x, std::size_t axis, bool reverse) {
 Tensor logsumexp(const Tensor& x, const std::vector<long>& axes, bool keepdim) {
   check_float("logsumexp", "x", x);
   if (x.dim() == 0) {  // one element: axis 0 or -1, or every axis
-    for (long a : axes) normalize_axis("logsumexp", a, std::size_t(1));
+    for (long a : axes) check_scalar_axis("logsumexp", a);
     return reshape(logsumexp_axis(reshape(x, {1}), 0), {});
   }
   const Shape K = keepdim_shape("logsumexp", x.shape(), axes);
@@ -361,7 +361,7 @@ Tensor cumsum(const Tensor& x, long axis) {
   if (x.dtype() == DType::Bool)
     throw_error<DTypeError>("cumsum", "argument 'x' must be float32, float64 or int64, got bool of shape ", x.shape());
   if (x.dim() == 0) {
-    normalize_axis("cumsum", axis, std::size_t(1));  // IndexError unless 0 or -1
+    check_scalar_axis("cumsum", axis);
     return reshape(cumsum_dir(reshape(x, {1}), 0, false), {});
   }
   return cumsum_dir(x, normalize_axis("cumsum", axis, x.shape()), false);

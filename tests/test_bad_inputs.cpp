@@ -184,6 +184,10 @@ BOOST_AUTO_TEST_CASE(table) {
   push("maximum: float32 with float64", [] { maximum(f32({2}), f64({2})); }, "DTypeError", {"maximum", "float32", "float64"});
   push("argmax: empty axis", [] { argmax(f64({2, 0}), 1); }, "ShapeError", {"argmax", "'x'", "(2, 0)", "axis 1"});
   push("argmax: bool input", [] { argmax(bools({3}), 0); }, "DTypeError", {"argmax", "'x'", "bool"});
+  push("argmax: axis of a rank-0 input", [] { argmax(scalar(1, DType::Float64), 1); }, "IndexError",
+      {"argmax", "axis 1", "'x'", "shape ()", "rank 0"});
+  push("cumsum: axis of a rank-0 input", [] { cumsum(scalar(1, DType::Float64), -2); }, "IndexError",
+      {"cumsum", "axis -2", "'x'", "shape ()"});
   push("topk: k larger than the axis", [] { topk(f64({2, 3}), 4); }, "ValueError",
       {"topk", "k = 4", "size 3", "'x'", "(2, 3)"});
   push("gather: index out of range", [] { gather(f64({2, 3}), 1, ints({0, 3}, {1, 2})); }, "IndexError",

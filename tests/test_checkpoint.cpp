@@ -26,6 +26,7 @@
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/matmul.hpp"
 #include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/shape.hpp"
 
 using namespace xgrad;
 using test::same_bits;
@@ -289,6 +290,7 @@ BOOST_AUTO_TEST_CASE(save_rejects_bad_arguments_before_touching_the_file) {
   BOOST_CHECK_THROW(save_safetensors(path, {{"", scalar(1)}}), ValueError);
   BOOST_CHECK_THROW(save_safetensors(path, {{"__metadata__", scalar(1)}}), ValueError);
   BOOST_CHECK_THROW(save_safetensors(path, {{"bad\xff", scalar(1)}}), ValueError);
+  BOOST_CHECK_THROW(save_safetensors(path, {{"x", reshape(scalar(1), Shape(65, 1))}}), ValueError);  // load refuses it
   BOOST_TEST(test::read_bytes(path) == before);
   BOOST_TEST(dir.entries().size() == 1u);
 }

@@ -258,6 +258,11 @@ BOOST_AUTO_TEST_CASE(errors) {
   expect_error<ValueError>([] { BatchSampler(10, BatchSamplerOptions(4).shard(1, 3)); },
                            {"BatchSampler", "10 % 4 = 2", "world_size 3", "drop_last"});
   BatchSampler ok(10, BatchSamplerOptions(4).shard(1, 3).drop_last(true));  // fine with drop_last
+  // An epoch's order is num_examples indices: an absurd count fails when the sampler is made.
+  expect_error<MemoryError>([] { BatchSampler(std::size_t(1) << 36, BatchSamplerOptions(4)); },
+                            {"BatchSampler", "num_examples 68719476736", "max_tensor_bytes()"});
+  expect_error<ValueError>([] { BatchSampler(std::size_t(1) << 62, BatchSamplerOptions(4)); },
+                           {"BatchSampler", "num_examples 4611686018427387904", "2^40"});
   BOOST_TEST(ok.batches_per_epoch() == 2u);
   expect_error<IndexError>([&] { ok.batch(0, 2); }, {"BatchSampler::batch", "index 2", "2 batches"});
   expect_error<IndexError>([&] { ok.seek(1, 5); }, {"BatchSampler::seek", "index 5"});

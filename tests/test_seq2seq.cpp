@@ -447,6 +447,8 @@ BOOST_AUTO_TEST_CASE(seq2seq_errors) {
   expect_throws([&] { s->step(random_tokens(2, 1, 0, 6, 3)); }, V, {"max_tgt_len 10"});
   auto fresh = decoding_session(model, src);
   expect_throws([&] { beam_search(*fresh, BeamSearchOptions{0, 0.6, kBos, kEos, 0}); }, V, {"beam_width", "got 0"});
+  expect_throws([&] { beam_search(*fresh, BeamSearchOptions{std::size_t(1) << 40, 0.6, kBos, kEos, 0}); },
+                "MemoryError", {"beam_search", "beam_width 1099511627776", "max_tensor_bytes()"});
   expect_throws([&] { beam_search(*fresh, BeamSearchOptions{2, 0.6, kBos, kEos, 11}); }, V,
                 {"max_length 11", "10 target positions"});
   expect_throws([&] { greedy_decode(*fresh, GreedyOptions{kBos, kEos, 11}); }, V, {"max_length 11"});
