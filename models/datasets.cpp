@@ -199,7 +199,8 @@ std::string printable_char(std::uint32_t cp) {
   char hex[16];
   std::snprintf(hex, sizeof hex, "U+%04X", unsigned(cp));
   std::string s = hex;
-  if (cp >= 0x20 && cp != 0x7f && !(cp >= 0x80 && cp < 0xa0)) s += " '" + utf8_encode(cp) + "'";
+  const bool scalar_value = cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff);
+  if (scalar_value && cp >= 0x20 && cp != 0x7f && !(cp >= 0x80 && cp < 0xa0)) s += " '" + utf8_encode(cp) + "'";
   return s;
 }
 
@@ -486,6 +487,9 @@ std::vector<std::uint32_t> utf8_decode(const std::string& text, const std::strin
 }
 
 std::string utf8_encode(std::uint32_t cp) {
+  if ((cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+    throw_error<ValueError>("utf8_encode", "code point ", cp, cp > 0x10ffff ? " is past U+10FFFF" : " is a UTF-16 surrogate",
+                            ": not a Unicode scalar value");
   std::string s;
   if (cp < 0x80) {
     s += char(cp);

@@ -151,6 +151,8 @@ class CharVocab {
 // Code points of a UTF-8 string; ValueError naming `what` and the byte offset of the first
 // invalid sequence (overlong forms, surrogates and values past U+10FFFF are invalid).
 std::vector<std::uint32_t> utf8_decode(const std::string& text, const std::string& what = "text");
+// The UTF-8 bytes of a Unicode scalar value; ValueError for a surrogate (U+D800-U+DFFF) or a
+// value past U+10FFFF.
 std::string utf8_encode(std::uint32_t code_point);
 
 }  // namespace xgrad

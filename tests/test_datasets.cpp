@@ -339,6 +339,8 @@ BOOST_AUTO_TEST_CASE(char_vocab_and_utf8) {
   BOOST_CHECK_THROW(CharVocab::from_code_points({0xd800}), ValueError);
   for (std::uint32_t cp : {0x41u, 0x7ffu, 0x800u, 0xffffu, 0x10000u, 0x10ffffu})
     BOOST_TEST(utf8_decode(utf8_encode(cp)) == std::vector<std::uint32_t>({cp}));
+  for (std::uint32_t cp : {0xd800u, 0xdfffu, 0x110000u, 0xffffffffu})  // not scalar values: refused, as decode does
+    BOOST_CHECK_THROW(utf8_encode(cp), ValueError);
   const std::pair<std::string, std::string> bad[] = {{"a\x80", "not a leading byte"},
                                                      {"\xc3", "cut short"},
                                                      {"\xc3(", "continuation byte is missing"},
