@@ -10,6 +10,7 @@
 #include "xgrad/distributed/data_parallel.hpp"
 #include "xgrad/framework/array.hpp"
 #include "xgrad/framework/autograd.hpp"
+#include "xgrad/ops/elementwise.hpp"
 
 namespace xgrad::distributed {
 namespace {
@@ -141,6 +142,12 @@ struct DistributedDataParallel::Reducer : BackwardObserver {
     Shape shape;
     std::size_t numel = 0, bucket = 0, offset = 0, slot = 0;  // slot: position in its bucket
     int owner = -1;                                            // ZeRO: the rank that keeps its gradient
+    // What is reduced is what the backwards since the last synchronisation added to .grad (see
+    // the header): with a .grad already there when they started (`base`: the previous
+    // synchronisation's result, or one the user kept), their own sum `local`; else .grad itself.
+    bool window = false;                 // backwards since the last synchronisation have begun
+    Tensor base, local;                  // base undefined: .grad is all local
+    const TensorImpl* after = nullptr;   // .grad as the last backward left it (the user did not replace it)
   };
   struct Bucket {
     DType dtype = DType::Float32;
@@ -274,6 +281,13 @@ struct DistributedDataParallel::Reducer : BackwardObserver {
         throw_error<ValueError>(kWho, "parameter '", p.name, "' is now ", dtype_name(p.tensor.dtype()), ' ',
                                 p.tensor.shape(), " but was ", dtype_name(p.dtype), ' ', p.shape,
                                 " when the model was wrapped (convert the model with Module::to before wrapping it)");
+    for (Param& p : params) {  // a new accumulation window after a synchronisation or a .grad the user replaced
+      const Tensor g = p.tensor.grad();
+      if (p.window && g.impl() == p.after) continue;
+      p.window = true;
+      p.base = world > 1 ? g : Tensor();  // N = 1: the reduction is the identity; .grad stays as it is
+      p.local = Tensor();
+    }
     syncing = !no_sync;
     touched = false;
     next_launch = next_reduce = next_gathered = 0;
@@ -282,6 +296,21 @@ struct DistributedDataParallel::Reducer : BackwardObserver {
       std::fill(b.used.begin(), b.used.end(), 0);
     }
     phase = Phase::Collecting;
+  }
+
+  void leaf_grad_contribution(const Tensor& leaf, const Tensor& contribution) override {
+    if (phase != Phase::Collecting) return;
+    auto it = index.find(leaf.impl());
+    if (it == index.end()) return;
+    Param& p = params[it->second];
+    if (p.base.defined()) p.local = p.local.defined() ? add(p.local, contribution) : contribution;
+  }
+
+  // What this rank contributes for p: the gradient its backwards added since the last synchronisation.
+  static Tensor local_gradient(const Param& p) { return p.base.defined() ? p.local : p.tensor.grad(); }
+
+  void remember_grads() {
+    for (Param& p : params) p.after = p.tensor.grad().impl();
   }
 
   void leaf_grad_ready(const Tensor& leaf) override {
@@ -295,7 +324,7 @@ struct DistributedDataParallel::Reducer : BackwardObserver {
       Param& p = params[it->second];
       Bucket& bucket = buckets[p.bucket];
       if (bucket.used[p.slot]) return;  // reported once per backward
-      const Tensor g = leaf.grad();
+      const Tensor g = local_gradient(p);
       bucket.red.write(p.offset, g.raw_data(), p.numel);
       bucket.used[p.slot] = 1;
       if (--bucket.pending == 0 && overlap) launch_ready();
@@ -311,10 +340,12 @@ struct DistributedDataParallel::Reducer : BackwardObserver {
     if (phase != Phase::Collecting) return;
     if (!touched) {  // a backward that reached none of the parameters: not counted, not synchronised
       phase = Phase::Idle;
+      remember_grads();
       return;
     }
     if (!syncing) {  // counted (the tag of the next reduction says how many backwards ran)
       phase = Phase::Idle;
+      remember_grads();
       ++sequence;
       ++stats.skipped;
       return;
@@ -327,7 +358,7 @@ struct DistributedDataParallel::Reducer : BackwardObserver {
         for (std::size_t s = 0; s < bucket.params.size(); ++s) {
           if (bucket.used[s]) continue;
           const Param& p = params[bucket.params[s]];
-          const Tensor g = p.tensor.grad();
+          const Tensor g = local_gradient(p);
           if (g.defined()) {
             bucket.red.write(p.offset, g.raw_data(), p.numel);
             bucket.used[s] = 1;
@@ -355,17 +386,25 @@ struct DistributedDataParallel::Reducer : BackwardObserver {
     phase = Phase::Idle;
   }
 
+  // .grad = base + the reduction (or the reduction, or base when no rank had a gradient);
+  // ZeRO: dropped where another rank owns the parameter. Closes every accumulation window.
   void unpack() {
-    for (const Param& p : params) {
+    for (Param& p : params) {
       const Bucket& bucket = buckets[p.bucket];
-      if (!bucket.used_anywhere[p.slot] || (zero && p.owner != me)) {
+      if (zero && p.owner != me) {
         p.tensor.zero_grad();
-        continue;
+      } else if (!bucket.used_anywhere[p.slot]) {
+        if (p.base.defined()) p.tensor.set_grad(p.base);
+        else p.tensor.zero_grad();
+      } else {
+        Tensor g = empty_tensor(p.dtype, p.shape, kWho);
+        bucket.red.read(p.offset, g.mutable_raw_data(), p.numel);
+        p.tensor.set_grad(p.base.defined() ? add(p.base, g) : g);
       }
-      Tensor g = empty_tensor(p.dtype, p.shape, kWho);
-      bucket.red.read(p.offset, g.mutable_raw_data(), p.numel);
-      p.tensor.set_grad(g);
+      p.window = false;
+      p.base = p.local = Tensor();
     }
+    remember_grads();
   }
 };
 

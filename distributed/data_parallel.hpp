@@ -37,6 +37,15 @@
 // size, overlap or timing: every rank gets the same bits, a fixed N gives the same bits on
 // every run, and with N = 1 the gradients are unchanged.
 //
+// Several backwards before a step. A synchronised backward reduces what this rank's backwards
+// added to .grad since the last synchronisation (its own contribution and those of the no_sync
+// backwards before it), never a .grad that was there before them: .grad = that earlier .grad
+// + the reduction. So two synchronised backwards in a step give the gradient one process would
+// accumulate over both batches (up to rounding, as always for N > 1), with ReduceOp::Sum and
+// Average and with ZeroOptimizer alike; after zero_grad there is no earlier .grad and the
+// reduction is the whole .grad. (PyTorch's DDP reduces the whole .grad, which is right for its
+// average only.) A .grad replaced between backwards (zero_grad, set_grad) starts anew.
+//
 // Parameters without a gradient in a backward (PyTorch's find_unused_parameters, always on):
 // a parameter whose leaf backward did not reach on this rank contributes its current .grad if
 // it has one (accumulated under no_sync) and zeros otherwise; every rank learns which ranks

@@ -443,11 +443,15 @@ void run_backward(const char* who, const std::vector<Tensor>& outputs,
       const auto& node = t.impl()->grad_fn;
       if (!node) {
         if (!targets && g.defined()) {
-          Tensor acc = t.impl()->grad.defined() ? add(t.impl()->grad, g) : create_graph ? g : owned(std::move(g));
+          const bool had_grad = t.impl()->grad.defined();
+          Tensor acc = had_grad ? add(t.impl()->grad, g) : create_graph ? g : owned(std::move(g));
           set_grads.emplace_back(t.impl(), t.impl()->grad);
           t.impl()->grad = create_graph ? acc : acc.detach();
           if (observers)
-            for (const auto& o : *observers) o->leaf_grad_ready(t);
+            for (const auto& o : *observers) {
+              o->leaf_grad_contribution(t, had_grad ? g : t.impl()->grad);
+              o->leaf_grad_ready(t);
+            }
         }
         return {};
       }
@@ -519,7 +523,8 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
     if (!options.create_graph && g.defined()) {
       // no two results share a storage (add's backward sends one tensor to both inputs)
       bool shared = false;
-      for (const Tensor& r : result) shared = shared || (r.defined() && r.impl()->value && r.impl()->value == g.impl()->value);
+      for (const Tensor& r : result)
+        shared = shared || (r.defined() && r.impl()->value && r.impl()->value == g.impl()->value);
       g = shared ? g.clone() : g.detach();
     }
     result.push_back(g);

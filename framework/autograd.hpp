@@ -181,7 +181,10 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 //                            for this backward (PyTorch's post-accumulate-grad hook). Leaves
 //                            are reported in the engine's Kahn order, which depends on the
 //                            graph only (never on timing or threads). A leaf reached only by
-//                            undefined gradients is not reported;
+//                            undefined gradients is not reported; right before it,
+//   leaf_grad_contribution(leaf, g)  the same leaf with what this backward added to its .grad
+//                            (.grad = the .grad before + g, or g when there was none);
+//                            optional (the default does nothing);
 //   backward_finished()      once, after every node ran and every leaf was reported, before
 //                            backward() returns (also when no leaf was reported).
 // Inside a callback: read the leaf, its value and .grad, and do any work that does not touch
@@ -199,6 +202,7 @@ class BackwardObserver {
  public:
   virtual ~BackwardObserver() = default;
   virtual void backward_started() {}
+  virtual void leaf_grad_contribution(const Tensor& /*leaf*/, const Tensor& /*contribution*/) {}
   virtual void leaf_grad_ready(const Tensor& leaf) = 0;
   virtual void backward_finished() {}
 };

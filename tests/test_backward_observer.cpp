@@ -59,6 +59,31 @@ BOOST_AUTO_TEST_CASE(each_leaf_is_reported_once_with_its_final_gradient) {
   BOOST_TEST(allclose(a.grad(), {3 * 7 + 2, 5 * 7 + 4}));
 }
 
+// leaf_grad_contribution reports, right before leaf_grad_ready, what this backward added:
+// the whole .grad when there was none, else only the new part (.grad = before + contribution).
+BOOST_AUTO_TEST_CASE(the_contribution_is_what_this_backward_added) {
+  struct Contributions : BackwardObserver {
+    std::vector<std::string> events;
+    std::vector<std::vector<double>> added;
+    void leaf_grad_contribution(const Tensor&, const Tensor& g) override {
+      events.push_back("contribution");
+      added.push_back(g.to_vector());
+    }
+    void leaf_grad_ready(const Tensor&) override { events.push_back("leaf"); }
+  };
+  auto c = std::make_shared<Contributions>();
+  add_backward_observer(c);
+  Tensor a = leaf({1, 2}, {2});
+  sum(mul(a, a)).backward();  // 2a
+  sum(mul_scalar(a, 3)).backward();  // 3, onto the 2a already there
+  remove_backward_observer(c.get());
+  BOOST_TEST(c->events == (std::vector<std::string>{"contribution", "leaf", "contribution", "leaf"}));
+  BOOST_TEST_REQUIRE(c->added.size() == 2u);
+  BOOST_TEST(c->added[0] == (std::vector<double>{2, 4}));
+  BOOST_TEST(c->added[1] == (std::vector<double>{3, 3}));
+  BOOST_TEST(allclose(a.grad(), {5, 7}, 0, 0));
+}
+
 BOOST_AUTO_TEST_CASE(order_is_the_graph_order_whatever_the_run) {
   // A chain p3 -> p2 -> p1 -> loss: the leaf nearest the loss is final first; the order is the
   // same on every run (Kahn's order from the outputs, no timing involved).

@@ -483,6 +483,49 @@ BOOST_AUTO_TEST_CASE(no_sync_accumulation_equals_the_whole_batch) {
 }
 
 
+BOOST_AUTO_TEST_CASE(two_synchronised_backwards_in_a_step_accumulate_as_one_process) {
+  // Each step: zero_grad, then the two halves of the global batch, each backward synchronised
+  // (no no_sync); a rank's loss is its shard's share of the half's mean (times N for Average).
+  // The second reduction must not reduce the first one's result again (data_parallel.hpp,
+  // "Several backwards before a step"): with Sum, Average and ZeRO alike the step is one
+  // process's step on the gradient accumulated over both halves.
+  const std::size_t half = kBatch / 2;
+  auto run = [&](bool parallel, dist::ReduceOp op, bool zero) {
+    TransformerEncoder model(small_config());
+    model.to(DType::Float64);
+    std::unique_ptr<dist::DistributedDataParallel> ddp;
+    if (parallel) ddp = std::make_unique<dist::DistributedDataParallel>(model, dist::DDPOptions().reduce_op(op));
+    std::unique_ptr<Optimizer> opt;
+    if (zero) opt = std::make_unique<dist::ZeroOptimizer>(*ddp, adamw);
+    else opt = adamw(model.named_parameters());
+    const auto [b, e] = parallel ? dist::shard_range(half, me(), world()) : std::pair<std::size_t, std::size_t>{0, half};
+    const double share = double(e - b) / double(half) * (parallel && op == dist::ReduceOp::Average ? world() : 1);
+    for (long s = 0; s < 2; ++s) {
+      opt->zero_grad();
+      for (std::size_t h = 0; h < 2; ++h) mul_scalar(loss_of(model, s, h * half + b, h * half + e), share).backward();
+      opt->step();
+    }
+    if (ddp) BOOST_TEST(ddp->stats().syncs == 4u);
+    NamedTensors out;
+    for (auto& [n, t] : model.named_parameters()) out.emplace_back(n, t.clone());
+    return out;
+  };
+  const NamedTensors ref = run(false, dist::ReduceOp::Sum, false);
+  for (const bool zero : {false, true})
+    for (const dist::ReduceOp op : {dist::ReduceOp::Average, dist::ReduceOp::Sum}) {
+      const NamedTensors got = run(true, op, zero);
+      const Diff d = diff(got, ref), rest = diff(without_key_bias(got), without_key_bias(ref));
+      BOOST_TEST_CONTEXT((zero ? "ZeRO, " : "DDP, ") << (op == dist::ReduceOp::Sum ? "Sum" : "Average")) {
+        BOOST_TEST(d.model <= 1e-12);
+        BOOST_TEST(rest.model <= 1e-14);
+      }
+      if (me() == 0)
+        std::cout << "float64, " << world() << " ranks, two synchronised backwards a step, " << (zero ? "ZeRO " : "")
+                  << (op == dist::ReduceOp::Sum ? "Sum: " : "Average: ") << d.model
+                  << " (relative, model-wise; without the key biases " << rest.model << ")" << std::endl;
+    }
+}
+
 BOOST_AUTO_TEST_CASE(batch_sampler_shards_with_a_sum_reduction_equal_one_process) {
   // models/data.hpp's BatchSampler: rank r takes its contiguous slice of every global batch;
   // 21 examples in batches of 8 give 8, 8, 5 (uneven shards for 2 and 4 ranks). The loss of a
