@@ -328,8 +328,9 @@ int main(int argc, char** argv) {
     if (generate_only) return identical ? 0 : 1;
 
     const ValResult final_val = validate(model, val_ids, cfg.max_len);
-    // Attention of the first block over the first 32 validation characters.
-    std::vector<std::int64_t> shown(val_ids.begin(), val_ids.begin() + std::ptrdiff_t(std::min<std::size_t>(32, val_ids.size())));
+    // Attention of the first block over the first 32 validation characters (fewer with a shorter --context).
+    const std::size_t n_shown = std::min<std::size_t>({32, cfg.max_len, val_ids.size()});
+    std::vector<std::int64_t> shown(val_ids.begin(), val_ids.begin() + std::ptrdiff_t(n_shown));
     {
       NoGradGuard no_grad;
       model.eval();

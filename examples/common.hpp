@@ -60,20 +60,28 @@ inline CLI::Validator whole_number(long long lo, unsigned long long hi) {
       span);
 }
 
-// A finite number greater than 0 (or, with allow_zero, >= 0).
-inline CLI::Validator finite_number(bool allow_zero) {
-  const std::string allowed = allow_zero ? "a number >= 0" : "a number greater than 0";
+// A finite number that `ok` accepts; `allowed` says which in the message, `desc` in --help.
+inline CLI::Validator finite_number_where(bool (*ok)(double), const std::string& allowed, const std::string& desc) {
   return CLI::Validator(
-      [allow_zero, allowed](std::string& s) -> std::string {
+      [ok, allowed](std::string& s) -> std::string {
         char* end = nullptr;
         errno = 0;
         const double v = std::strtod(s.c_str(), &end);
         if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(v))
           return "'" + s + "' is not a finite number; allowed: " + allowed;
-        if (!(allow_zero ? v >= 0 : v > 0)) return s + " is out of range; allowed: " + allowed;
+        if (!ok(v)) return s + " is out of range; allowed: " + allowed;
         return "";
       },
-      allow_zero ? ">= 0" : "> 0");
+      desc);
+}
+// A finite number greater than 0 (or, with allow_zero, >= 0).
+inline CLI::Validator finite_number(bool allow_zero) {
+  if (allow_zero) return finite_number_where([](double v) { return v >= 0; }, "a number >= 0", ">= 0");
+  return finite_number_where([](double v) { return v > 0; }, "a number greater than 0", "> 0");
+}
+// A finite number in [0, 1) (a label smoothing, a dropout rate).
+inline CLI::Validator fraction_below_one() {
+  return finite_number_where([](double v) { return v >= 0 && v < 1; }, "a number >= 0 and < 1", "[0, 1)");
 }
 inline CLI::Validator positive_number() { return finite_number(false); }
 inline CLI::Validator non_negative_number() { return finite_number(true); }
@@ -309,10 +317,26 @@ class Progress {
   clock::time_point t0_;
 };
 
+// Writes j to path through path.tmp and a rename, so a reader never sees half a file; on any
+// failure (IOError naming the path) the temporary file is removed and path is unchanged.
 inline void write_json(const std::string& path, const nlohmann::json& j) {
   const std::string tmp = path + ".tmp";
-  { std::ofstream(tmp) << j.dump(2) << "\n"; }
-  std::filesystem::rename(tmp, path);
+  std::error_code ec;
+  {
+    std::ofstream out(tmp);
+    out << j.dump(2) << "\n";
+    out.close();
+    if (!out) {
+      std::filesystem::remove(tmp, ec);
+      xgrad::throw_error<xgrad::IOError>("write_json", "cannot write '", tmp, "'");
+    }
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    xgrad::throw_error<xgrad::IOError>("write_json", "cannot replace '", path, "' (", ec.message(), ")");
+  }
 }
 
 // Threads (--threads, else the library's default) and the allocator tuning for training loops.

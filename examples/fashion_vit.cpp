@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
   run.add(app, "--lr", lr, "peak learning rate (AdamW, warmup + cosine)", examples::positive_number());
   run.add(app, "--weight-decay", weight_decay, "AdamW weight decay", examples::non_negative_number());
   run.add(app, "--label-smoothing", label_smoothing, "label smoothing of the training loss (0 to < 1)",
-          CLI::Range(0.0, 0.999));
+          examples::fraction_below_one());
   examples::add_vit_options(app, run, cfg, pool);
   run.add_flag(app, "--flip", flip, "augment: flip each training image left-right with probability 1/2");
   run.add(app, "--train-subset", train_subset, "train on the first N training images", examples::whole_number(1, 60000));

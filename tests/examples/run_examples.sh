@@ -73,4 +73,12 @@ if "$ex/reverse" --steps abc > "$work/bad.log" 2>&1; then echo "bad --steps acce
 grep -q -i "steps" "$work/bad.log"
 if "$ex/reverse" --resume --out "$work/nothing-here" > "$work/bad2.log" 2>&1; then echo "resume without checkpoint accepted"; exit 1; fi
 grep -q "no checkpoint in $work/nothing-here to resume from; run without --resume first" "$work/bad2.log" || { cat "$work/bad2.log"; exit 1; }
+# A metrics.json that cannot be replaced (a directory there): the run fails naming it and
+# leaves no metrics.json.tmp behind.
+mkdir -p "$work/blocked/metrics.json"
+if "$ex/reverse" --steps 2 --eval-every 1 --no-plots --out "$work/blocked" > "$work/bad3.log" 2>&1; then
+  echo "reverse wrote over a directory named metrics.json"; exit 1
+fi
+grep -q "write_json: cannot replace '$work/blocked/metrics.json'" "$work/bad3.log" || { cat "$work/bad3.log"; exit 1; }
+[ ! -e "$work/blocked/metrics.json.tmp" ] || { echo "metrics.json.tmp left behind"; exit 1; }
 echo "examples: all short runs ok"

@@ -47,6 +47,9 @@ expect_error "--dim 64 differs from the stored run.s --dim 32" "$work/bad.log" \
   "$ex/fashion_vit" --out "$work/vit-resumed" --resume --dim 64
 expect_error "--pool \"mean\" differs from the stored run.s --pool \"cls\"" "$work/bad.log" \
   "$ex/fashion_vit" --out "$work/vit-resumed" --resume --pool mean
+expect_error "--label-smoothing: 'nan' is not a finite number; allowed: a number >= 0 and < 1" "$work/bad.log" \
+  "${vit[@]}" --steps 2 --label-smoothing nan --out "$work/x"
+[ ! -e "$work/x" ] || fail "--label-smoothing nan made --out before it was refused"
 # Bad data: a missing directory names the package; a truncated and a wrong file name the file.
 expect_error "load_fashion_mnist: directory '$work/none' does not exist .*apt-get install dataset-fashion-mnist" "$work/bad.log" \
   "${vit[@]}" --steps 2 --data-dir "$work/none" --out "$work/x"
@@ -111,6 +114,10 @@ grep -q "cached and uncached texts identical" "$work/gen.log" || { cat "$work/ge
 cmp "$work/gpt/samples.txt" "$work/samples-after-training.txt" || fail "--generate-only sampled another text"
 "$ex/char_gpt" --generate-only --out "$work/gpt" --tokens 20 --prompt "" --top-k 1 > "$work/gen.log" 2>&1 ||
   { cat "$work/gen.log"; fail "--generate-only with an empty prompt, greedy"; }
+# A context shorter than the 32 characters of the attention picture.
+"$ex/char_gpt" --max-files 1 --context 8 --dim 16 --layers 1 --heads 2 --mlp 32 --batch 4 --steps 2 --tokens 5 \
+  --no-plots --out "$work/gpt-ctx8" > "$work/ctx8.log" 2>&1 || { cat "$work/ctx8.log"; fail "char_gpt --context 8"; }
+[ -f "$work/gpt-ctx8/metrics.json" ] || fail "char_gpt --context 8 wrote no metrics.json"
 # Resume.
 "${gpt[@]}" --steps 30 --eval-every 10 --tokens 10 --out "$work/gpt-full" > /dev/null 2>&1
 "${gpt[@]}" --steps 30 --eval-every 10 --tokens 10 --out "$work/gpt-resumed" --no-plots --stop-after 14 > /dev/null 2>&1
