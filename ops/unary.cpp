@@ -61,23 +61,27 @@ template <class T> T gelu_exact_and_slope(T v, T& s) {
 }
 
 // Tanh GELU at v, its slope in s (ops/unary.hpp): t = tanh(c (v + a v^3)),
-// y = v (1 + t) / 2, s = (1 + t) / 2 + v (1 - t^2) c (1 + 3 a v^2) / 2.
+// y = v (1 + t) / 2, s = (1 + t) / 2 + v (1 - t^2) c (1 + 3 a v^2) / 2. Where t is +-1 exactly
+// (|u| > ~9 in float32, ~19 in float64) the second term is 0: taken as 0, not as 0 times the
+// v^2 that overflows for |v| >~ 1e19 (float32), which gave NaN.
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 constexpr double kGeluTanhA = 0.044715;
 template <class T> T gelu_tanh_and_slope(T v, T& s) {
   const T c = T(kSqrt2OverPi), a = T(kGeluTanhA), v2 = v * v;
   const T t = std::tanh(c * (v + a * v2 * v));
-  const T half_1pt = T(0.5) * (T(1) + t);
-  s = half_1pt + T(0.5) * v * (T(1) - t * t) * c * (T(1) + T(3) * a * v2);
+  const T half_1pt = T(0.5) * (T(1) + t), sech2 = T(1) - t * t;
+  s = sech2 == T(0) ? half_1pt : half_1pt + T(0.5) * v * sech2 * c * (T(1) + T(3) * a * v2);
   return v * half_1pt;
 }
 
-// gelu''(x) in xgrad ops (differentiable again), see gelu_backward.
+// gelu''(x) in xgrad ops (differentiable again), see gelu_backward. x^2 enters the factors that
+// multiply phi(x) or 1 - t^2 clamped to 1e4: where it is larger those are exactly 0 (|x| > 100),
+// and an x^2 that overflows (|x| >~ 1e19 in float32) made 0 times inf = NaN there.
 Tensor gelu_second_derivative(const Tensor& x, GeluApproximation approximate) {
-  const Tensor x2 = mul(x, x);
+  const Tensor x2 = clamp(mul(x, x), std::nullopt, 1e4);
   if (approximate == GeluApproximation::None)
     return mul(mul_scalar(exp(mul_scalar(x2, -0.5)), kInvSqrt2Pi), add_scalar(neg(x2), 2.0));
-  const Tensor u = mul_scalar(add(x, mul_scalar(mul(x2, x), kGeluTanhA)), kSqrt2OverPi);
+  const Tensor u = mul_scalar(add(x, mul_scalar(mul(mul(x, x), x), kGeluTanhA)), kSqrt2OverPi);
   const Tensor du = mul_scalar(add_scalar(mul_scalar(x2, 3 * kGeluTanhA), 1.0), kSqrt2OverPi);
   const Tensor d2u = mul_scalar(x, 6 * kGeluTanhA * kSqrt2OverPi);
   const Tensor t = tanh(u);

@@ -14,6 +14,7 @@
 #include "xgrad/framework/tensor.hpp"
 #include "xgrad/models/checkpoint.hpp"
 #include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/reduce.hpp"
 #include "xgrad/ops/unary.hpp"
 
 #ifndef XGRAD_FIXTURE_DIR
@@ -101,6 +102,24 @@ BOOST_AUTO_TEST_CASE(fused_kernel_matches_the_composed_formula) {
   BOOST_TEST(allclose(exact, gelu(x1.detach(), GeluApproximation::None), 0, 0));
   BOOST_TEST(!allclose(exact, y1.detach(), 1e-6, 1e-9));
   BOOST_TEST(allclose(exact, y1.detach(), 0, 1e-3));
+}
+
+// Far from 0 GELU is x or 0, its slope 1 or 0 and its second derivative 0, in both forms and
+// both float types: no NaN from x^2 overflowing (|x| >~ 1e19 in float32) times a factor that
+// is exactly 0 there, in the first-order kernel or the create_graph backward.
+BOOST_AUTO_TEST_CASE(huge_inputs_give_finite_slopes_and_second_derivatives) {
+  for (const DType dt : {DType::Float32, DType::Float64})
+    for (const GeluApproximation form : {GeluApproximation::Tanh, GeluApproximation::None}) {
+      BOOST_TEST_CONTEXT(dtype_name(dt) << (form == GeluApproximation::Tanh ? " tanh" : " exact")) {
+        Tensor x = tensor({1e4, -1e4, 1e20, -1e20, 3e38, -3e38}, {6}, dt).set_requires_grad();
+        const Tensor slope = grad({sum(gelu(x, form))}, {x}, {}, GradOptions{true, true, false})[0];
+        BOOST_TEST(allclose(slope, {1, 0, 1, 0, 1, 0}, 0, 0));
+        BOOST_TEST(allclose(grad({sum(slope)}, {x})[0], {0, 0, 0, 0, 0, 0}, 0, 0));
+        Tensor y = x.detach().set_requires_grad();
+        sum(gelu(y, form)).backward();  // the fused first-order kernel
+        BOOST_TEST(allclose(y.grad(), {1, 0, 1, 0, 1, 0}, 0, 0));
+      }
+    }
 }
 
 BOOST_AUTO_TEST_CASE(rejects_non_float_input_naming_the_op) {
