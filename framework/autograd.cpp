@@ -401,17 +401,19 @@ void run_backward(const char* who, const std::vector<Tensor>& outputs,
   std::unordered_set<Key> reach;
   if (targets) reach = reaching_targets(outputs, graph, *targets);
   auto keep = [&](Key key) { return !targets || reach.count(key) > 0; };
+  // A kept tensor's node runs when some input is kept: else it is a target with nothing to
+  // reach behind it.
+  auto expands = [&](const Node& node) {
+    for (const auto& in : node.inputs())
+      if (in.requires_grad() && keep(key_of(in))) return true;
+    return false;
+  };
 
   // Every node that will run is checked first (released, inputs modified in place), so a
   // backward that fails there has changed nothing; one that fails later (a backward function
   // throws, memory runs out) restores the .grad it had set, though nodes it ran are released.
   for (const Tensor& t : graph.tensors)
-    if (const auto& node = t.impl()->grad_fn; node && keep(key_of(t)))
-      for (const auto& in : node->inputs())
-        if (in.requires_grad() && keep(key_of(in))) {
-          node->check_runnable();
-          break;
-        }
+    if (const auto& node = t.impl()->grad_fn; node && keep(key_of(t)) && expands(*node)) node->check_runnable();
 
   const auto observers = targets ? nullptr : observers_now();
   if (observers)
@@ -455,10 +457,8 @@ void run_backward(const char* who, const std::vector<Tensor>& outputs,
         }
         return {};
       }
+      if (!expands(*node)) return {};
       std::vector<Tensor> inputs = node->inputs();
-      bool expand = false;  // some input is kept: else t is a target with nothing to reach behind it
-      for (const auto& in : inputs) expand = expand || (in.requires_grad() && keep(key_of(in)));
-      if (!expand) return {};
       std::vector<Tensor> in_grads;
       if (g.defined()) in_grads = node->apply(g, create_graph);
       if (!retain_graph) node->release();
