@@ -151,9 +151,12 @@ void KVCache::reserve(std::size_t n, std::size_t B, std::size_t E, DType dtype) 
   if (n > max_len_)
     throw_error<ValueError>(op, "cannot hold ", n, " positions: the cache's max_len is ", max_len_);
   if (!is_float(dtype)) throw_error<DTypeError>(op, "the dtype must be float32 or float64, got ", dtype_name(dtype));
-  if (k_.defined() && (B != batch() || E != k_.shape()[2] || dtype != k_.dtype()))
-    throw_error<ShapeError>(op, "the cache holds (B, E) = (", batch(), ", ", k_.shape()[2], ") ", dtype_name(k_.dtype()),
-                            ", not (", B, ", ", E, ") ", dtype_name(dtype), " (clear() it first)");
+  if (k_.defined() && dtype != k_.dtype())
+    throw_error<DTypeError>(op, "the cache holds ", dtype_name(k_.dtype()), ", not ", dtype_name(dtype),
+                            " (clear() it first)");
+  if (k_.defined() && (B != batch() || E != k_.shape()[2]))
+    throw_error<ShapeError>(op, "the cache holds (B, E) = (", batch(), ", ", k_.shape()[2], "), not (", B, ", ", E,
+                            ") (clear() it first)");
   if (n <= allocated()) return;
   Tensor k = empty_tensor(dtype, {B, n, E}, op), v = empty_tensor(dtype, {B, n, E}, op);
   const std::size_t row = E * itemsize(dtype), old = allocated();
@@ -461,6 +464,17 @@ AttentionOutput MultiHeadAttention::forward_projected(const Tensor& query, const
   return attend(q, kv.k, kv.v, masks, opt, kv.unbatched, S + extra);
 }
 
+void MultiHeadAttention::check_cache(const char* op, const KVCache& cache) const {
+  const Tensor& k = cache.key_storage();
+  if (!k.defined()) return;
+  const DType dt = out_proj.weight.dtype();
+  if (k.dtype() != dt)
+    throw_error<DTypeError>(op, "the cache holds ", dtype_name(k.dtype()), " keys, not this module's ", dtype_name(dt));
+  if (k.shape()[2] != embed_dim)
+    throw_error<ShapeError>(op, "the cache holds keys of width ", k.shape()[2], ", not this module's embed_dim ",
+                            embed_dim);
+}
+
 AttentionOutput MultiHeadAttention::forward_cached(const Tensor& x, KVCache& cache, const AttentionOptions& opt) {
   const char* op = "MultiHeadAttention::forward_cached";
   if (bias_k.defined() || options.add_zero_attn())
@@ -481,11 +495,7 @@ AttentionOutput MultiHeadAttention::forward_cached(const Tensor& x, KVCache& cac
   if (cache.batch() != 0 && cache.batch() != B)
     throw_error<ShapeError>(op, "argument 'x' ", x.shape(), " has a batch of ", B, " but the cache holds ",
                             cache.batch(), " rows");
-  if (cache.key_storage().defined() &&
-      (cache.key_storage().dtype() != dt || cache.key_storage().shape()[2] != embed_dim))
-    throw_error<DTypeError>(op, "the cache holds ", dtype_name(cache.key_storage().dtype()), " keys of width ",
-                            cache.key_storage().shape()[2], ", not this module's ", dtype_name(dt), " width ",
-                            embed_dim);
+  check_cache(op, cache);
   const AttentionMasks given =
       attention_masks(op, Tensor(), opt.key_padding_mask, false, {B, num_heads, t, S}, dt, unbatched);
   if (given.float_mask.defined())

@@ -166,6 +166,7 @@ class KVCache {
   void append(const Tensor& k, const Tensor& v);
   // Allocates room for n positions (n <= max_len, ValueError otherwise) for batch B, width E,
   // dtype; keeps the cached positions. Later appends up to n positions allocate nothing.
+  // ShapeError for a batch or width, DTypeError for a dtype other than the cache's.
   void reserve(std::size_t n, std::size_t B, std::size_t E, DType dtype);
   // Forgets every position (length 0, storage released).
   void clear();
@@ -225,6 +226,10 @@ class MultiHeadAttention : public Module {
   // Errors: ValueError when length + t would exceed the cache's max_len (nothing appended),
   // ShapeError / DTypeError for x or a mask, or a batch other than the cache's.
   AttentionOutput forward_cached(const Tensor& x, KVCache& cache, const AttentionOptions& options = {});
+  // forward_cached's check that cache (if it holds storage) is this module's: DTypeError naming
+  // op for keys of another dtype, ShapeError for another width. For callers that must check
+  // before they change anything (a model's step runs dropout before its first layer's cache).
+  void check_cache(const char* op, const KVCache& cache) const;
 
   // Self-attention of a padded batch run on its real positions only: x (N, E) holds the rows
   // of the batch-first (B, T, E) input at rows.index (rows.pack_rows of it). Returns (N, E):

@@ -265,6 +265,9 @@ bool detail::reselect_sources(const char* op, std::vector<std::size_t>& sources,
 
 void TransformerDecoderCache::select_rows(const std::vector<std::size_t>& rows) {
   const char* op = "TransformerDecoderCache::select_rows";
+  if (!memory.empty() && memory.front().unbatched && rows.size() != 1)
+    throw_error<ValueError>(op, "the cache was made from unbatched memory (one row) and 'rows' has ", rows.size(),
+                            " entries; make it from batched memory (1, S, E) to expand it");
   if (detail::reselect_sources(op, sources, rows)) {  // some row attends to another source now
     for (auto& m : memory) {
       m.k = xgrad::select_rows(op, m.k, rows);
@@ -437,9 +440,15 @@ TransformerDecoderCache Seq2SeqTransformer::start(const Tensor& memory, const Te
 
 Tensor Seq2SeqTransformer::step(const Tensor& tgt, TransformerDecoderCache& cache) {
   check_tokens("tgt", tgt);
-  if (cache.self_attn.empty() || cache.max_len() != options.max_tgt_len())
+  auto& layers = transformer.decoder.layers;
+  if (cache.self_attn.size() != layers.size() || cache.memory.size() != layers.size() ||
+      cache.max_len() != options.max_tgt_len())
     throw_error<ValueError>(kSeq2Seq, "the cache was not made by this model's start()");
-  NoGradGuard no_grad;
+  if (tgt.shape()[0] != cache.batch())
+    throw_error<ShapeError>(kSeq2Seq, "argument 'tgt' ", tgt.shape(), " has a batch of ", tgt.shape()[0],
+                            " but the cache holds ", cache.batch(), " rows");
+  for (std::size_t i = 0; i < layers.size(); ++i) layers[i]->self_attn.check_cache(kSeq2Seq, cache.self_attn[i]);
+  NoGradGuard no_grad;  // every check is done: the embedding's dropout draw is the first change
   const Tensor x = embed(tgt_emb, tgt_pos.get(), tgt, options.max_tgt_len(), cache.length(), "tgt");
   return generator.forward(transformer.decoder.forward_step(x, cache));
 }

@@ -157,6 +157,8 @@ class TransformerEncoderStack : public Module {
 // memory's key padding mask. select_rows reorders all of them (beam search); the memory rows
 // are copied only when some row's source changes (a beam-search reorder stays within the
 // beams of one source, whose memory rows are equal, so it copies only the self-attention caches).
+// A cache made from unbatched memory holds one row: select_rows throws ValueError (nothing
+// changed) unless rows has one entry.
 namespace detail {
 // The beam-search row reorder of a batch whose row i decodes source row sources[i]: the new row
 // i is old row rows[i], so sources becomes sources[rows[i]]. IndexError (naming `op`) for a row
@@ -299,7 +301,8 @@ class Seq2SeqTransformer : public Module {
   // Incremental decoding (decoding.hpp drives it): the decoder's cache for memory, then the
   // logits (B, t, tgt_vocab) of the next t target tokens (B, t) at positions offset by
   // cache.length(). Both run without autograd. ValueError naming max_tgt_len when it would
-  // be exceeded.
+  // be exceeded, ShapeError for a batch other than the cache's; nothing changes on an error
+  // (not even the dropout generator in training mode).
   TransformerDecoderCache start(const Tensor& memory, const Tensor& memory_key_padding_mask = Tensor()) const;
   Tensor step(const Tensor& tgt, TransformerDecoderCache& cache);
   std::vector<Tensor> cross_attention_weights() const { return transformer.decoder.cross_attention_weights(); }

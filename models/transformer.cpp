@@ -204,7 +204,8 @@ Tensor TransformerDecoder::forward_step(const Tensor& tokens, DecoderKVCache& ca
   if (cache.batch() != 0 && cache.batch() != B)
     throw_error<ShapeError>(op, "argument 'tokens' ", tokens.shape(), " has a batch of ", B, " but the cache holds ",
                             cache.batch(), " rows");
-  NoGradGuard no_grad;
+  for (std::size_t i = 0; i < body.blocks.size(); ++i) body.blocks[i]->attn.check_cache(op, cache.layers[i]);
+  NoGradGuard no_grad;  // every check is done: dropout's draw below is the first change
   Tensor x = body.emb_drop.forward(body.embed(tokens, L));  // IndexError for a bad token: nothing cached yet
   AttentionOptions o;
   o.is_causal = true;

@@ -157,7 +157,8 @@ class TransformerDecoder : public Module {
   // forward: call eval() first for deterministic decoding. Errors (nothing is changed):
   // ValueError when cache.length() + t > config.max_len (naming the limit) or the cache is
   // not of this model's shape; DTypeError / ShapeError for tokens; ShapeError when B differs
-  // from the cache's batch; IndexError for a token outside [0, vocab_size).
+  // from the cache's batch; DTypeError / ShapeError for a cache holding keys of another dtype /
+  // width (the model converted after caching); IndexError for a token outside [0, vocab_size).
   Tensor forward_step(const Tensor& tokens, DecoderKVCache& cache);
   Tensor operator()(const Tensor& tokens, bool need_weights = false) { return forward(tokens, need_weights); }
   TransformerBody body;

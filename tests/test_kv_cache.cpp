@@ -139,6 +139,10 @@ BOOST_AUTO_TEST_CASE(kv_cache_errors) {
   expect_throws([&] { cache.append(randn({2, 1, 4}, rng), randn({2, 2, 4}, rng)); }, "ShapeError", {"'k'", "'v'"});
   expect_throws([&] { cache.select_rows({0, 2}); }, "IndexError", {"row 2", "2 rows"});
   expect_throws([&] { cache.reserve(6, 2, 4, DType::Float32); }, "ValueError", {"6 positions", "max_len is 5"});
+  const Tensor before = cache.key_storage();
+  expect_throws([&] { cache.reserve(5, 2, 4, DType::Float64); }, "DTypeError", {"KVCache::reserve", "float32", "float64"});
+  expect_throws([&] { cache.reserve(5, 2, 6, DType::Float32); }, "ShapeError", {"(B, E) = (2, 4)", "(2, 6)"});
+  BOOST_TEST(cache.key_storage().raw_data() == before.raw_data());  // nothing reallocated by the failed calls
   expect_throws([] { KVCache bad(0); }, "ValueError", {"KVCache", "'max_len'", "got 0"});
 }
 
@@ -260,6 +264,18 @@ BOOST_AUTO_TEST_CASE(forward_cached_errors) {
   MultiHeadAttention with_bias_kv(MultiHeadAttentionOptions(8, 2).add_bias_kv(true), rng);
   KVCache other(4);
   expect_throws([&] { with_bias_kv.forward_cached(randn({2, 1, 8}, rng), other); }, "ValueError", {"add_bias_kv"});
+  // Another module's cache: its width is a ShapeError, its dtype a DTypeError.
+  MultiHeadAttention wider(MultiHeadAttentionOptions(16, 2), rng);
+  KVCache wide(4);
+  wider.forward_cached(randn({2, 1, 16}, rng), wide);
+  expect_throws([&] { mha.forward_cached(randn({2, 1, 8}, rng), wide); }, "ShapeError",
+                {"forward_cached", "width 16", "embed_dim 8"});
+  MultiHeadAttention f64(MultiHeadAttentionOptions(8, 2), rng);
+  f64.to(DType::Float64);
+  expect_throws([&] { f64.forward_cached(randn({2, 1, 8}, rng, DType::Float64), cache); }, "DTypeError",
+                {"forward_cached", "float32 keys", "float64"});
+  BOOST_TEST(cache.length() == 3u);
+  BOOST_TEST(wide.length() == 1u);
   expect_throws([&] { mha.forward_projected(randn({2, 1, 8}, rng), ProjectedKeyValues{}); }, "ValueError",
                 {"forward_projected", "project_key_value"});
   const ProjectedKeyValues kv = mha.project_key_value(randn({2, 5, 8}, rng), randn({2, 5, 8}, rng));
@@ -285,6 +301,24 @@ BOOST_AUTO_TEST_CASE(decoder_forward_step_errors) {
   model.forward_step(random_tokens(2, 2, 11, 3), cache);
   BOOST_TEST(cache.length() == 40u);
   expect_throws([&] { model.forward_step(random_tokens(2, 1, 11, 2), cache); }, "ValueError", {"max_len 40"});
+}
+
+// A step that fails leaves everything as it was, the dropout generator too: a model converted
+// to float64 after caching fails on the float32 cache before its embedding dropout draws.
+BOOST_AUTO_TEST_CASE(a_failed_step_does_not_advance_dropout) {
+  TransformerConfig c = gpt_config(PositionalKind::Learned, true, true);
+  c.dropout = 0.5;
+  TransformerDecoder failed(c), clean(c);  // same seed: same parameters and dropout stream
+  failed.train(), clean.train();
+  DecoderKVCache cf = failed.make_cache(), cc = clean.make_cache();
+  const Tensor first = random_tokens(2, 3, 11, 1), next = random_tokens(2, 1, 11, 2);
+  failed.forward_step(first, cf), clean.forward_step(first, cc);
+  failed.to(DType::Float64);
+  expect_throws([&] { failed.forward_step(next, cf); }, "DTypeError",
+                {"TransformerDecoder::forward_step", "float32 keys", "float64"});
+  failed.to(DType::Float32);
+  BOOST_TEST(cf.length() == 3u);
+  BOOST_TEST(failed.forward_step(next, cf).to_vector() == clean.forward_step(next, cc).to_vector());
 }
 
 BOOST_AUTO_TEST_CASE(greedy_generation_is_identical_with_and_without_the_cache) {

@@ -461,4 +461,43 @@ BOOST_AUTO_TEST_CASE(seq2seq_errors) {
   expect_throws([&] { model.step(random_tokens(2, 1, 0, 6, 3), other); }, V, {"start()"});
 }
 
+// A step with a batch other than the cache's fails before the embedding's dropout draws: in
+// training mode the next step equals that of a twin that never saw the failed call.
+BOOST_AUTO_TEST_CASE(a_failed_step_does_not_advance_dropout) {
+  auto make = [] {
+    Rng rng(13);
+    auto m = std::make_unique<Seq2SeqTransformer>(small_seq2seq(false, PositionalKind::Learned).dropout(0.5), rng);
+    m->train();
+    return m;
+  };
+  auto failed = make(), clean = make();
+  const Tensor src = random_tokens(2, 5, 2, 8, 1), tgt = random_tokens(2, 1, 0, 6, 2);
+  Tensor mf, mc;
+  {
+    NoGradGuard no_grad;
+    mf = failed->encode(src), mc = clean->encode(src);
+  }
+  TransformerDecoderCache cf = failed->start(mf), cc = clean->start(mc);
+  expect_throws([&] { failed->step(random_tokens(3, 1, 0, 6, 2), cf); }, "ShapeError",
+                {"Seq2SeqTransformer", "'tgt' (3, 1)", "batch of 3", "2 rows"});
+  BOOST_TEST(cf.length() == 0u);
+  BOOST_TEST(failed->step(tgt, cf).to_vector() == clean->step(tgt, cc).to_vector());
+}
+
+// A cache made from unbatched memory holds one row: a beam expansion of it is refused with
+// nothing changed (it used to become a (2, S, E) memory marked unbatched that no step accepted).
+BOOST_AUTO_TEST_CASE(an_unbatched_cache_refuses_more_rows) {
+  Rng rng(14);
+  TransformerDecoderStack dec(TransformerStackOptions(TransformerLayerOptions(8, 2).dim_feedforward(16).dropout(0.0), 1),
+                              rng);
+  dec.eval();
+  TransformerDecoderCache cache = dec.make_cache(randn({5, 8}, rng), bool_tensor({false, false, false, true, true}, {5}), 4);
+  expect_throws([&] { cache.select_rows({0, 0}); }, "ValueError",
+                {"TransformerDecoderCache::select_rows", "unbatched", "2 entries"});
+  BOOST_TEST(cache.batch() == 1u);
+  BOOST_TEST(cache.memory_key_padding_mask.shape() == Shape{5});
+  cache.select_rows({0});  // one row: allowed, nothing to copy
+  BOOST_TEST(dec.forward_step(randn({1, 8}, rng), cache).shape() == Shape({1, 8}));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
