@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
@@ -160,8 +162,27 @@ std::vector<Tensor> Node::apply(const Tensor& grad, bool create_graph) const {
   return grads;
 }
 
+// Sequentially consistent: a hold that a concurrent release does not see (its count still 2)
+// sees released_ after its own increment, or runs before it; the last hold to end frees.
+void Node::hold() {
+  holds_.fetch_add(1);
+  if (released_.load()) {
+    drop();
+    check_runnable();  // throws the "second time" error
+  }
+}
+
+void Node::drop() {
+  if (holds_.fetch_sub(1) == 1 && released_.load()) free_saved();
+}
+
 void Node::release() {
-  released_ = true;
+  released_.store(true);
+  drop();
+}
+
+void Node::free_saved() {
+  if (freed_.exchange(true)) return;
   backward_ = nullptr;
   differentiable_ = nullptr;
   inputs_.clear();
@@ -277,7 +298,33 @@ struct Graph {
   std::unordered_map<Key, int> consumers;
 };
 
-Graph discover(const std::vector<Tensor>& outputs) {
+// The nodes one backward holds (Node::hold), each dropped when the backward ends unless the
+// backward released it first.
+class Holds {
+ public:
+  Holds() = default;
+  Holds(const Holds&) = delete;
+  Holds& operator=(const Holds&) = delete;
+  ~Holds() {
+    for (const auto& n : nodes_)
+      if (n) n->drop();
+  }
+  void hold(const std::shared_ptr<Node>& n) {
+    n->hold();
+    index_.emplace(n.get(), nodes_.size());
+    nodes_.push_back(n);
+  }
+  void release(Node& n) {
+    std::shared_ptr<Node>& held = nodes_[index_.at(&n)];
+    n.release();
+    held.reset();
+  }
+ private:
+  std::vector<std::shared_ptr<Node>> nodes_;  // owned: a failed discovery frees its tensors first
+  std::unordered_map<const Node*, std::size_t> index_;
+};
+
+Graph discover(const std::vector<Tensor>& outputs, Holds& holds) {
   Graph graph;
   std::vector<Tensor> stack;  // each output once: a repeated one's node counted twice left its inputs never ready
   std::unordered_set<Key> seen;
@@ -287,7 +334,7 @@ Graph discover(const std::vector<Tensor>& outputs) {
     Tensor t = std::move(stack.back());
     stack.pop_back();
     if (const auto& node = t.impl()->grad_fn) {
-      if (node->released()) node->check_runnable();  // throws the "second time" error
+      holds.hold(node);  // throws the "second time" error for a released node
       for (const auto& in : node->inputs()) {
         if (!in.requires_grad()) continue;
         ++graph.consumers[key_of(in)];
@@ -390,6 +437,14 @@ Tensor owned(Tensor g) {
   return g.clone();
 }
 
+// Two backwards in two threads may add into one leaf's .grad (a parameter shared by two
+// graphs, Hogwild-style): the read-add-write of .grad holds the leaf's lock, as PyTorch's
+// AccumulateGrad does. Striped: 64 locks, chosen by the leaf's address.
+std::mutex& leaf_grad_lock(const TensorImpl* leaf) {
+  static std::mutex locks[64];
+  return locks[(reinterpret_cast<std::uintptr_t>(leaf) / alignof(std::max_align_t)) % 64];
+}
+
 // Runs reverse mode from outputs. When `targets` is null, leaf gradients accumulate into
 // .grad; otherwise the gradient reaching each target tensor is stored in (*targets)[key], and
 // only nodes with a target behind them run their backward.
@@ -397,7 +452,8 @@ void run_backward(const char* who, const std::vector<Tensor>& outputs,
                   const std::vector<Tensor>& grad_outputs, bool retain_graph, bool create_graph,
                   std::unordered_map<Key, Tensor>* targets) {
   const std::vector<Tensor> seeds = seed_gradients(who, outputs, grad_outputs);
-  const Graph graph = discover(outputs);
+  Holds holds;
+  const Graph graph = discover(outputs, holds);
   std::unordered_set<Key> reach;
   if (targets) reach = reaching_targets(outputs, graph, *targets);
   auto keep = [&](Key key) { return !targets || reach.count(key) > 0; };
@@ -445,13 +501,18 @@ void run_backward(const char* who, const std::vector<Tensor>& outputs,
       const auto& node = t.impl()->grad_fn;
       if (!node) {
         if (!targets && g.defined()) {
-          const bool had_grad = t.impl()->grad.defined();
-          Tensor acc = had_grad ? add(t.impl()->grad, g) : create_graph ? g : owned(std::move(g));
-          set_grads.emplace_back(t.impl(), t.impl()->grad);
-          t.impl()->grad = create_graph ? acc : acc.detach();
+          Tensor contribution;  // what this backward added: g, or the new .grad when there was none
+          {
+            std::lock_guard<std::mutex> lock(leaf_grad_lock(t.impl()));
+            const bool had_grad = t.impl()->grad.defined();
+            Tensor acc = had_grad ? add(t.impl()->grad, g) : create_graph ? g : owned(std::move(g));
+            set_grads.emplace_back(t.impl(), t.impl()->grad);
+            t.impl()->grad = create_graph ? acc : acc.detach();
+            if (observers) contribution = had_grad ? g : t.impl()->grad;
+          }
           if (observers)
             for (const auto& o : *observers) {
-              o->leaf_grad_contribution(t, had_grad ? g : t.impl()->grad);
+              o->leaf_grad_contribution(t, contribution);
               o->leaf_grad_ready(t);
             }
         }
@@ -461,14 +522,17 @@ void run_backward(const char* who, const std::vector<Tensor>& outputs,
       std::vector<Tensor> inputs = node->inputs();
       std::vector<Tensor> in_grads;
       if (g.defined()) in_grads = node->apply(g, create_graph);
-      if (!retain_graph) node->release();
+      if (!retain_graph) holds.release(*node);
       for (std::size_t i = 0; i < inputs.size() && i < in_grads.size(); ++i)
         if (inputs[i].requires_grad() && keep(key_of(inputs[i])) && in_grads[i].defined())
           accumulate(key_of(inputs[i]), in_grads[i]);
       return inputs;
     });
   } catch (...) {
-    for (auto it = set_grads.rbegin(); it != set_grads.rend(); ++it) it->first->grad = std::move(it->second);
+    for (auto it = set_grads.rbegin(); it != set_grads.rend(); ++it) {
+      std::lock_guard<std::mutex> lock(leaf_grad_lock(it->first));
+      it->first->grad = std::move(it->second);
+    }
     throw;
   }
   if (observers)

@@ -27,6 +27,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,7 +56,7 @@ class Node : public std::enable_shared_from_this<Node> {
   // The op's output value, connected to this node (differentiable), for backward
   // formulas that use the output (exp, tanh, softmax, ...).
   Tensor output() const;
-  bool released() const { return released_; }
+  bool released() const { return released_.load(); }
   // Recorded with record_fused (a first-order kernel and a differentiable backward).
   bool is_fused() const { return fused_; }
 
@@ -66,7 +67,14 @@ class Node : public std::enable_shared_from_this<Node> {
   // modified in place since the forward (what apply() would throw before running). The engine
   // asks every node it will run before it runs any, so such a backward changes no .grad.
   void check_runnable() const;
-  // Frees inputs and saved state after a backward without retain_graph.
+  // Engine use. A backward holds every node it may run from discovery to its end, so another
+  // thread's backward through the same nodes without retain_graph cannot free one under it.
+  // hold(): the "second time" GraphError (nothing held) when the node was released; drop():
+  // ends a hold; release() (after a backward without retain_graph ran the node): marks it
+  // released, so a later hold or apply throws GraphError, and ends the caller's hold. Inputs
+  // and saved state are freed when the last hold ends.
+  void hold();
+  void drop();
   void release();
 
  private:
@@ -78,7 +86,9 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<std::uint64_t> versions_; // inputs' storage versions at record time
   std::uint64_t output_version_ = 0;
   bool fused_ = false;
-  bool released_ = false;
+  std::atomic<int> holds_{0};
+  std::atomic<bool> released_{false}, freed_{false};
+  void free_saved();
 };
 
 // Attaches a node to `out` (a freshly computed op result) when grad mode is enabled and

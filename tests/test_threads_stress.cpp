@@ -3,17 +3,21 @@
 // parallel_for calls and GEMM-splitting ops of alternating shapes, thread counts changing
 // between 2 and 8, several user threads running ops at once. Every result is checked: each
 // range runs exactly once, and every op's output equals its one-thread reference bit for bit.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <thread>
 
 #include "helpers.hpp"
+#include "xgrad/framework/autograd.hpp"
 #include "xgrad/framework/parallel.hpp"
 #include "xgrad/framework/runtime.hpp"
 #include "xgrad/framework/tensor.hpp"
 #include "xgrad/ops/attention.hpp"
+#include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/matmul.hpp"
 #include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/shape.hpp"
 #include "xgrad/ops/unary.hpp"
 
 using namespace xgrad;
@@ -125,6 +129,65 @@ BOOST_AUTO_TEST_CASE(user_threads_running_ops_at_once) {
   BOOST_TEST(!failed_with_exception.load());
   BOOST_TEST(wrong.load() == 0u);
   BOOST_TEST_MESSAGE("user threads: " << calls.load() << " rounds of 5 ops checked");
+}
+
+// A parameter shared by two graphs, each differentiated in its own thread (Hogwild-style): the
+// leaf's .grad update is locked, so no contribution is lost (it used to lose ~5-10% of them,
+// and could crash).
+BOOST_AUTO_TEST_CASE(two_threads_accumulate_into_one_leaf) {
+  Tensor w = zeros({64});
+  w.set_requires_grad(true);
+  const int rounds = 400 * kScale;
+  std::atomic<bool> failed_with_exception{false};
+  auto train = [&](float c) {
+    try {
+      const Tensor scale = full({64}, c);
+      for (int r = 0; r < rounds; ++r) sum(mul(w, scale)).backward();
+    } catch (...) {
+      failed_with_exception = true;
+    }
+  };
+  std::thread a(train, 1.0f), b(train, 2.0f);
+  a.join();
+  b.join();
+  BOOST_TEST(!failed_with_exception.load());
+  const std::vector<double> g = w.grad().to_vector();  // each round adds 1 or 2: exact in float32
+  BOOST_TEST(std::count(g.begin(), g.end(), 3.0 * rounds) == 64);
+}
+
+// Two threads differentiating one graph without retain_graph: as in one thread, the graph's
+// saved values go with the first backward that runs a node, so the other may throw the
+// "second time" GraphError; it never reads freed state (this used to segfault). Whatever
+// succeeds gives the right gradient.
+BOOST_AUTO_TEST_CASE(two_threads_differentiate_one_graph) {
+  Rng rng(43);
+  const Tensor x = randn({16, 32}, rng), w0 = randn({32, 8}, rng);
+  auto loss_of = [&](const Tensor& w) { return sum(tanh(matmul(tanh(matmul(x, w)), transpose(w, 0, 1)))); };
+  Tensor w = w0.clone();
+  w.set_requires_grad(true);
+  const std::vector<double> ref = grad({loss_of(w)}, {w})[0].to_vector();
+  std::atomic<int> ok{0}, second_time{0}, other{0}, wrong{0};
+  for (int round = 0; round < 100 * kScale; ++round) {
+    const Tensor loss = loss_of(w);
+    auto run = [&] {
+      try {
+        wrong += !same_bits(grad({loss}, {w})[0], ref);
+        ++ok;
+      } catch (const GraphError& e) {
+        ++(std::string(e.what()).find("second time") != std::string::npos ? second_time : other);
+      } catch (...) {
+        ++other;
+      }
+    };
+    std::thread a(run), b(run);
+    a.join();
+    b.join();
+  }
+  BOOST_TEST(other.load() == 0);
+  BOOST_TEST(wrong.load() == 0);
+  BOOST_TEST(ok.load() >= 100 * kScale);  // at least one backward of each round runs
+  BOOST_TEST_MESSAGE("one graph, two threads: " << ok.load() << " succeeded, " << second_time.load()
+                                                 << " found it freed");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
