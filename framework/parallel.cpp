@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -55,9 +56,16 @@ class Pool {
   bool try_run(Job& job) {
     std::unique_lock<std::mutex> mine(run_mu_, std::try_to_lock);
     if (!mine.owns_lock()) return false;
-    while (workers_.size() < job.helpers) {  // workers_ changes only here, under run_mu_
+    // workers_ changes only here, under run_mu_. A thread the system refuses (std::system_error:
+    // a process or memory limit) is not retried: the job runs with the workers there are, and
+    // the chunks, hence the result's bits, do not depend on how many run them.
+    while (workers_.size() < job.helpers && !spawn_refused_) {
       const std::size_t index = workers_.size();
-      workers_.emplace_back([this, index] { work(index); });
+      try {
+        workers_.emplace_back([this, index] { work(index); });
+      } catch (const std::system_error&) {
+        spawn_refused_ = true;
+      }
     }
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -123,6 +131,7 @@ class Pool {
   }
 
   std::mutex run_mu_;  // held by the thread whose job the pool runs
+  bool spawn_refused_ = false;  // under run_mu_: the system refused a thread, the pool grows no more
   std::mutex mu_;      // guards everything below
   std::condition_variable wake_, done_;
   std::vector<std::thread> workers_;

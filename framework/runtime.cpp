@@ -49,8 +49,8 @@ int default_threads() {
   char* end = nullptr;
   errno = 0;
   const long n = std::strtol(env, &end, 10);
-  if (end == env || *end != '\0' || errno != 0 || n < 1 || n > 1024)
-    throw_error<ValueError>("XGRAD_NUM_THREADS", "must be an integer in [1, 1024], got '", env, "'");
+  if (end == env || *end != '\0' || errno != 0 || n < 1 || n > kMaxThreads)
+    throw_error<ValueError>("XGRAD_NUM_THREADS", "must be an integer in [1, ", kMaxThreads, "], got '", env, "'");
   return int(n);
 }
 
@@ -58,7 +58,8 @@ std::atomic<int> g_threads{0};  // 0: not resolved yet
 }  // namespace
 
 void set_num_threads(int n) {
-  if (n < 1) throw_error<ValueError>("set_num_threads", "n must be >= 1, got ", n);
+  if (n < 1 || n > kMaxThreads)
+    throw_error<ValueError>("set_num_threads", "n must be in [1, ", kMaxThreads, "], got ", n);
   g_threads.store(n, std::memory_order_relaxed);
   detail::blas_single_thread();
 }

@@ -14,9 +14,11 @@ namespace xgrad {
 // parallel_for's workers (framework/parallel.hpp). Results never depend on the thread count:
 // how an op splits its work is a function of the shapes only wherever the split could change
 // a bit, so every op, model and example gives the same bits for any n (tests/test_parallel.cpp).
-// Default: the environment variable XGRAD_NUM_THREADS if set (a positive integer; anything
+// Default: the environment variable XGRAD_NUM_THREADS if set (an integer in [1, 1024]; anything
 // else is a ValueError at first use), else the number of cores this process may run on
-// (sched_getaffinity). n < 1 is a ValueError.
+// (sched_getaffinity). n outside [1, kMaxThreads] is a ValueError. When the system refuses
+// a worker thread (a process limit), work runs on the threads there are: same results.
+constexpr int kMaxThreads = 1024;
 void set_num_threads(int n);
 int num_threads();
 
