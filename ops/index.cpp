@@ -54,9 +54,10 @@ void check_index_values(const char* op, const char* arg, const Tensor& idx, std:
     }
 }
 
-void check_indices(const char* op, const Tensor& idx, std::size_t n) {
+// what: the indexed things ("rows" of a table, "classes").
+void check_indices(const char* op, const Tensor& idx, std::size_t n, const char* what = "rows") {
   check_int64(op, "indices", idx);
-  check_index_values(op, "indices", idx, n, n, " rows");
+  check_index_values(op, "indices", idx, n, n, ' ', what);
 }
 
 template <class T> bool is_nan(T v) {
@@ -254,7 +255,7 @@ Tensor embedding_backward(const Tensor& g, const Tensor& indices, std::size_t nu
 }
 
 Tensor one_hot(const Tensor& indices, std::size_t num_classes, DType dtype) {
-  check_indices("one_hot", indices, num_classes);
+  check_indices("one_hot", indices, num_classes, "classes");
   Shape ys = indices.shape();
   ys.push_back(num_classes);
   check_tensor_size("one_hot", ys, dtype);  // before allocating: num_classes is the caller's

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "xgrad/framework/parallel.hpp"
 #include "xgrad/ops/detail.hpp"
@@ -20,16 +21,19 @@ namespace {
 // then the lanes pairwise in halves): vectorised, where one accumulator was a serial chain of
 // dependent adds (0.8 ns per element: 0.8 ms for a (4, 512, 512) loss). The order depends on
 // the shape only.
+// Float32 sums accumulate in float64 (detail::Accumulator) and round once (2^20 x 0.1f in 16
+// float32 lanes summed to 1.0006x the exact value); PyTorch's CPU sums are cascaded for the
+// same reason.
 constexpr std::size_t kSumLanes = 16;
-template <class T> void sum_into(const T* x, const Shape& X, T* out, const Shape& K) {
+template <class T, class A> void sum_into(const T* x, const Shape& X, A* out, const Shape& K) {
   detail::for_each_row(X, detail::contiguous_strides(X), detail::broadcast_strides(K, X),
                        [&](std::size_t ox, std::size_t oo, std::size_t, std::size_t n, std::size_t,
                            std::size_t step) {
                          if (step == 0) {
                            const T* row = x + ox;
-                           out[oo] += detail::lane_sum<T, kSumLanes>(n, [row](std::size_t i) { return row[i]; });
+                           out[oo] += detail::lane_sum<A, kSumLanes>(n, [row](std::size_t i) { return A(row[i]); });
                          } else {
-                           for (std::size_t i = 0; i < n; ++i) out[oo + i] += x[ox + i];
+                           for (std::size_t i = 0; i < n; ++i) out[oo + i] += A(x[ox + i]);
                          }
                        });
 }
@@ -53,20 +57,25 @@ template <class T> void broadcast_into(const T* x, const Shape& K, T* out, const
 Tensor reduce_sum(const char* op, const Tensor& x, const Shape& K, const Shape& out_shape) {
   return dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
+    using A = detail::Accumulator<T>;
     Tensor y = empty_tensor<T>(out_shape, op);
-    T* py = fresh_data<T>(y);
-    std::fill_n(py, y.numel(), T(0));
+    std::vector<A> sums(y.numel(), A(0));  // rounded into y at the end
+    A* py = sums.data();
+    auto rounded = [&] {
+      std::copy(sums.begin(), sums.end(), fresh_data<T>(y));
+      return y;
+    };
     const Shape& X = x.shape();
     const bool column_sums = X.size() >= 2 && K.back() == X.back() &&
                              std::all_of(K.begin(), K.end() - 1, [](std::size_t k) { return k == 1; });
     if (column_sums) {  // (rows, cols) -> (cols), e.g. a bias gradient: column blocks over the threads
       const std::size_t cols = X.back(), rows = cols ? x.numel() / cols : 0;
       const T* px = data_of<T>(x);
-      constexpr std::size_t kCols = 64;
+      constexpr std::size_t kCols = 64 * sizeof(T) / sizeof(A);  // 32 float64 sums of float32 columns
       // Panels of kRows rows (kRows x cols stays in L2), and within one, a whole block of kCols
-      // columns carried in a local array that the compiler keeps in vector registers (float:
-      // 8 AVX2 registers) instead of a load and a store of y per element. Each column is still
-      // 0 + x_0 + x_1 + ... in row order (y holds the running sums between panels), so the
+      // columns carried in a local array that the compiler keeps in vector registers (kCols sums:
+      // 8 AVX-512 / 16 AVX2 registers) instead of a load and a store per element. Each column is
+      // still 0 + x_0 + x_1 + ... in row order (sums holds the running sums between panels), so the
       // same bits.
       constexpr std::size_t kRows = 32;
       parallel_for((cols + kCols - 1) / kCols, kCols * rows * kElementCost, [&](std::size_t begin, std::size_t end) {
@@ -75,22 +84,22 @@ Tensor reduce_sum(const char* op, const Tensor& x, const Shape& K, const Shape& 
           const std::size_t r1 = std::min(rows, r0 + kRows);
           for (std::size_t c0 = begin * kCols; c0 < c_end; c0 += kCols) {
             if (c0 + kCols <= c_end) {
-              T acc[kCols];
+              A acc[kCols];
               std::copy_n(py + c0, kCols, acc);
               for (std::size_t r = r0; r < r1; ++r)
-                for (std::size_t j = 0; j < kCols; ++j) acc[j] += px[r * cols + c0 + j];
+                for (std::size_t j = 0; j < kCols; ++j) acc[j] += A(px[r * cols + c0 + j]);
               std::copy_n(acc, kCols, py + c0);
             } else {
               for (std::size_t r = r0; r < r1; ++r)
-                for (std::size_t j = c0; j < c_end; ++j) py[j] += px[r * cols + j];
+                for (std::size_t j = c0; j < c_end; ++j) py[j] += A(px[r * cols + j]);
             }
           }
         }
       });
-      return y;
+      return rounded();
     }
     sum_into(data_of<T>(x), X, py, K);
-    return y;
+    return rounded();
   });
 }
 
@@ -141,10 +150,15 @@ Tensor mean(const Tensor& x, const std::vector<long>& axes, bool keepdim) {
 
 Tensor mean(const Tensor& x) { return mean(x, {}, false); }
 
-// y[o, r] = max_i x[o, i, r]          x: (outer, n, inner) around `axis`
-// dx[o, i, r] = g[o, r] * [x[o,i,r] == y[o,r]] / #ties[o, r]
+// y[o, r] = max_i x[o, i, r]          x: (outer, n, inner) around `axis`; NaN if any x is (torch.max)
+// dx[o, i, r] = g[o, r] * [x[o,i,r] == y[o,r]] / #ties[o, r]   (NaN == NaN here: a NaN row's
+// gradient is split between its NaNs)
 Tensor max(const Tensor& x, long axis, bool keepdim) {
   check_float("max", "x", x);
+  if (x.dim() == 0) {  // a one-element row along axis 0 or -1 (as PyTorch): x itself
+    check_scalar_axis("max", axis);
+    return reshape(max(reshape(x, {1}), 0), {});
+  }
   const std::size_t ax = normalize_axis("max", axis, x.shape());
   if (x.shape()[ax] == 0)
     throw_error<ShapeError>("max", "argument 'x' ", x.shape(), " is empty along axis ", axis);
@@ -159,7 +173,10 @@ Tensor max(const Tensor& x, long axis, bool keepdim) {
     for (std::size_t o = 0; o < s.outer; ++o)
       for (std::size_t r = 0; r < s.inner; ++r) {
         T m = px[o * s.n * s.inner + r];
-        for (std::size_t i = 1; i < s.n; ++i) m = std::max(m, px[(o * s.n + i) * s.inner + r]);
+        for (std::size_t i = 1; i < s.n; ++i) {
+          const T v = px[(o * s.n + i) * s.inner + r];
+          if (v > m || v != v) m = v;  // a NaN stays: v > NaN is false, and a NaN v is taken
+        }
         po[o * s.inner + r] = m;
       }
     return out;
@@ -178,10 +195,11 @@ Tensor max(const Tensor& x, long axis, bool keepdim) {
         for (std::size_t r = 0; r < s.inner; ++r) {
           std::size_t ties = 0;
           const T m = py[o * s.inner + r];
-          for (std::size_t i = 0; i < s.n; ++i) ties += px[(o * s.n + i) * s.inner + r] == m;
+          auto is_max = [m](T v) { return v == m || (v != v && m != m); };
+          for (std::size_t i = 0; i < s.n; ++i) ties += is_max(px[(o * s.n + i) * s.inner + r]);
           for (std::size_t i = 0; i < s.n; ++i) {
             const std::size_t k = (o * s.n + i) * s.inner + r;
-            pw[k] = px[k] == m ? T(1) / T(ties) : T(0);
+            pw[k] = is_max(px[k]) ? T(1) / T(ties) : T(0);
           }
         }
       return w;
@@ -231,9 +249,9 @@ template <class T> void logsumexp_rows(const T* x, const detail::AxisSplit& s, T
       if (nan) out = std::numeric_limits<T>::quiet_NaN();
       else if (m == inf) has_posinf = true;
       else if (m != -inf) {
-        T total = 0;
+        detail::Accumulator<T> total = 0;
         for (std::size_t i = 0; i < s.n; ++i) total += std::exp(xr[i * s.inner] - m);
-        out = m + std::log(total);
+        out = m + T(std::log(total));
       }
       y[o * s.inner + r] = out;
     }

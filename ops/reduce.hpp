@@ -12,8 +12,9 @@ Tensor sum(const Tensor& x);  // over every element, rank-0 result
 Tensor sum(const Tensor& x, const std::vector<long>& axes, bool keepdim = false);
 Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, const std::vector<long>& axes, bool keepdim = false);
-// Maximum along one axis. The gradient is shared equally among tied maxima (as
-// torch.amax). The axis must not be empty.
+// Maximum along one axis, NaN where the reduced elements hold a NaN (as torch.max). The
+// gradient is shared equally among tied maxima (as torch.amax), a NaN result's among its NaNs.
+// The axis must not be empty; a rank-0 x (axis 0 or -1) is its own max.
 Tensor max(const Tensor& x, long axis, bool keepdim = false);
 // Maximum over several axes (one max per axis, last axis first).
 Tensor amax(const Tensor& x, const std::vector<long>& axes, bool keepdim = false);

@@ -16,6 +16,7 @@
 #include "xgrad/ops/elementwise.hpp"
 #include "xgrad/ops/mask.hpp"
 #include "xgrad/ops/reduce.hpp"
+#include "xgrad/ops/shape.hpp"
 #include "xgrad/ops/softmax.hpp"
 #include "xgrad/ops/unary.hpp"
 
@@ -52,17 +53,17 @@ void softmax_rows(const T* x, const bool* mask, const std::vector<std::size_t>& 
         for (std::size_t i = 0; i < s.n; ++i) yr[i * s.inner] = log_out ? ninf : T(0);
         continue;
       }
-      T total = 0;
+      detail::Accumulator<T> total = 0;  // float32 rows sum in float64
       for (std::size_t i = 0; i < s.n; ++i) {
         const T ex = e[i] == ninf ? T(0) : std::exp(e[i] - m);
         total += ex;
         if (!log_out) e[i] = ex;
       }
       if (log_out) {
-        const T log_total = std::log(total);  // (x - m) - log_total: m + log_total may round to m
+        const T log_total = T(std::log(total));  // (x - m) - log_total: m + log_total may round to m
         for (std::size_t i = 0; i < s.n; ++i) yr[i * s.inner] = e[i] == ninf ? ninf : (e[i] - m) - log_total;
       } else {
-        const T inv = T(1) / total;
+        const T inv = T(1 / total);
         for (std::size_t i = 0; i < s.n; ++i) yr[i * s.inner] = e[i] * inv;
       }
     }
@@ -105,8 +106,9 @@ Tensor softmax_backward(const Tensor& y, const Tensor& g, long axis) {
     for (std::size_t o = 0; o < s.outer; ++o)
       for (std::size_t r = 0; r < s.inner; ++r) {
         const std::size_t base = o * s.n * s.inner + r;
-        T dot = 0;
-        for (std::size_t i = 0; i < s.n; ++i) dot += pg[base + i * s.inner] * py[base + i * s.inner];
+        detail::Accumulator<T> acc = 0;
+        for (std::size_t i = 0; i < s.n; ++i) acc += pg[base + i * s.inner] * py[base + i * s.inner];
+        const T dot = T(acc);
         for (std::size_t i = 0; i < s.n; ++i) {
           const std::size_t k = base + i * s.inner;
           po[k] = py[k] * (pg[k] - dot);
@@ -133,8 +135,15 @@ BackwardFn backward_from_output(long ax) {
 }
 }  // namespace
 
+// A rank-0 x is a one-element row along axis 0 or -1 (as PyTorch): softmax 1, log_softmax 0.
+template <class F> Tensor as_scalar_row(const char* op, const Tensor& x, long axis, F&& f) {
+  check_scalar_axis(op, axis);
+  return reshape(f(reshape(x, {1})), {});
+}
+
 Tensor softmax(const Tensor& x, long axis) {
   check_float("softmax", "x", x);
+  if (x.dim() == 0) return as_scalar_row("softmax", x, axis, [](const Tensor& r) { return softmax(r, 0); });
   const long ax = long(normalize_axis("softmax", axis, x.shape()));
   Tensor y = softmax_forward("softmax", x, nullptr, std::size_t(ax), false);
   return record("softmax", y, {x}, backward_from_output(ax));
@@ -142,6 +151,10 @@ Tensor softmax(const Tensor& x, long axis) {
 
 Tensor masked_softmax(const Tensor& x, const Tensor& mask, long axis) {
   check_float("masked_softmax", "x", x);
+  if (x.dim() == 0) {
+    check_mask_fits("masked_softmax", mask, x.shape());
+    return as_scalar_row("masked_softmax", x, axis, [&](const Tensor& r) { return masked_softmax(r, reshape(mask, {1}), 0); });
+  }
   const long ax = long(normalize_axis("masked_softmax", axis, x.shape()));
   Tensor y = softmax_forward("masked_softmax", x, &mask, std::size_t(ax), false);
   return record("masked_softmax", y, {x}, backward_from_output(ax));
@@ -150,6 +163,7 @@ Tensor masked_softmax(const Tensor& x, const Tensor& mask, long axis) {
 // dx = g - exp(y) * sum(g, axis)
 Tensor log_softmax(const Tensor& x, long axis) {
   check_float("log_softmax", "x", x);
+  if (x.dim() == 0) return as_scalar_row("log_softmax", x, axis, [](const Tensor& r) { return log_softmax(r, 0); });
   const long ax = long(normalize_axis("log_softmax", axis, x.shape()));
   Tensor y = softmax_forward("log_softmax", x, nullptr, std::size_t(ax), true);
   return record("log_softmax", y, {x}, [ax](const Node& n, const Tensor& g) -> std::vector<Tensor> {
@@ -160,8 +174,8 @@ Tensor log_softmax(const Tensor& x, long axis) {
 // --- softmax_cross_entropy -----------------------------------------------------------------
 // Forward, per row i not ignored (x_i: C contiguous logits):
 //   m = max_c x_ic, lt = log sum_c exp(x_ic - m), log p_c = (x_ic - m) - lt   (log_softmax's own
-//   operations, so its bits), loss += w_ic log p_c over w_ic != 0, in row and class order;
-//   loss *= -1 / K. Saved: (m, lt) per row.
+//   operations, so its bits), loss += w_ic log p_c over w_ic != 0, in row and class order
+//   (float32 in float64); loss *= -1 / K. Saved: (m, lt) per row.
 // Backward (first order), rows not ignored: dx_ic = (g / K) (W_i p_c - w_ic), p_c = exp(log p_c)
 // (0 for a row of all -inf); ignored rows 0. Under create_graph the same from softmax, mul, sub.
 namespace {
@@ -181,9 +195,9 @@ void row_log_softmax_stats(const T* x, std::size_t C, T& m, T& lt) {
   m = ninf;
   for (std::size_t c = 0; c < C; ++c) m = std::max(m, x[c]);
   if (m == ninf) return lt = T(0), void();  // every logit -inf: log p = -inf
-  T total = 0;
+  detail::Accumulator<T> total = 0;  // as softmax_rows
   for (std::size_t c = 0; c < C; ++c) total += x[c] == ninf ? T(0) : std::exp(x[c] - m);
-  lt = std::log(total);
+  lt = T(std::log(total));
 }
 template <class T>
 T row_log_p(T x, T m, T lt) {
@@ -224,7 +238,7 @@ Tensor softmax_cross_entropy(const Tensor& x, const Tensor& targets, std::int64_
   Tensor loss = dispatch_float(op, x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = data_of<T>(x);
-    T acc = 0;
+    detail::Accumulator<T> acc = 0;  // N * C terms with label smoothing
     for (std::size_t i = 0; i < N; ++i) {
       if (t[i] == ignore_index) continue;
       const T* xi = px + i * C;
@@ -237,7 +251,7 @@ Tensor softmax_cross_entropy(const Tensor& x, const Tensor& targets, std::int64_
       }
     }
     Tensor out = empty_tensor<T>({}, op);
-    fresh_data<T>(out)[0] = kept ? acc * T(-inv_kept) : T(0);
+    fresh_data<T>(out)[0] = kept ? T(acc * -inv_kept) : T(0);
     return out;
   });
   // The constant parts of the VJP as tensors (create_graph): w (rows..., C), W (rows..., 1).

@@ -1,8 +1,10 @@
-// xgrad/ops/softmax.hpp — softmax family, max-subtracted, never NaN.
+// xgrad/ops/softmax.hpp — softmax family, max-subtracted: masking never makes a NaN.
 //
 // Entries equal to -inf are excluded (probability exactly 0), and a row with no
 // finite-or-allowed entry (fully masked) gets all-zero probabilities and zero gradient:
-// never NaN, unlike a naive exp(x - max) with max = -inf.
+// never NaN, unlike a naive exp(x - max) with max = -inf. A row holding a NaN or +inf is NaN
+// (as PyTorch; logsumexp alone takes +inf's limit). Float32 rows are summed in float64. A
+// rank-0 x is one row of one element (axis 0 or -1): softmax 1, log_softmax 0, as PyTorch.
 #pragma once
 #include <cstdint>
 

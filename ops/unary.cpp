@@ -145,13 +145,14 @@ Tensor sigmoid(const Tensor& x) {
   });
 }
 
-// dx = g * [x > 0]   ([x > 0] is a constant: relu'' = 0 almost everywhere)
+// y = x where !(x <= 0) (x > 0 or NaN: a NaN passes, as in torch.relu), else 0
+// dx = g * [!(x <= 0)]   (a constant: relu'' = 0 almost everywhere)
 Tensor relu(const Tensor& x) {
-  Tensor y = map_float("relu", x, [](auto v) { return v > 0 ? v : decltype(v)(0); });
+  Tensor y = map_float("relu", x, [](auto v) { return !(v <= 0) ? v : decltype(v)(0); });
   return record("relu", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
     Tensor step = map_float("relu", n.input(0), [](auto v) {
       using T = decltype(v);
-      return v > T(0) ? T(1) : T(0);
+      return !(v <= T(0)) ? T(1) : T(0);
     });
     return {mul(g, step)};
   });

@@ -12,7 +12,7 @@ Tensor sqrt(const Tensor& x);
 Tensor rsqrt(const Tensor& x);    // 1 / sqrt(x)
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
-Tensor relu(const Tensor& x);     // gradient at exactly 0 is 0 (as PyTorch)
+Tensor relu(const Tensor& x);     // gradient at exactly 0 is 0; relu(NaN) = NaN, slope 1 (as PyTorch)
 Tensor erf(const Tensor& x);
 // |x|; gradient g * sign(x), 0 at x = 0 (as PyTorch).
 Tensor abs(const Tensor& x);
