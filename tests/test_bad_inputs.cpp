@@ -165,7 +165,7 @@ BOOST_AUTO_TEST_CASE(table) {
   push("embedding: weight of rank 1", [] { embedding(f64({5}), ints({0}, {1})); }, "ShapeError",
       {"embedding", "'weight'", "(5)"});
   push("one_hot: index >= num_classes", [] { one_hot(ints({0, 3}, {2}), 3); }, "IndexError",
-      {"one_hot", "index 3", "'indices'", "3 rows"});
+      {"one_hot", "index 3", "'indices'", "3 classes"});
   push("masked_fill: float mask", [] { masked_fill(f64({2, 3}), f32({2, 3}), 0.0); }, "DTypeError",
       {"masked_fill", "'mask'", "float32", "(2, 3)"});
   push("masked_fill: mask not broadcastable", [] { masked_fill(f64({2, 3}), bools({4}), 0.0); }, "ShapeError",
