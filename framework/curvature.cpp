@@ -130,6 +130,7 @@ void check_like_list(const char* op, const Tensors& like) {
 
 LanczosResult lanczos(const LinearOperator& A, const Tensors& like, const LanczosOptions& o) {
   const char* op = "lanczos";
+  require_function(op, A);
   check_like_list(op, like);
   const std::size_t n = total_size(like);
   if (o.k == 0) throw_error<ValueError>(op, "k must be >= 1");
@@ -227,6 +228,7 @@ LanczosResult lanczos(const LinearOperator& A, const Tensors& like, const Lanczo
 
 TraceEstimate hutchinson_trace(const LinearOperator& A, const Tensors& like, const HutchinsonOptions& o) {
   const char* op = "hutchinson_trace";
+  require_function(op, A);
   check_like_list(op, like);
   if (o.samples == 0) throw_error<ValueError>(op, "samples must be >= 1");
   const std::size_t n = total_size(like);

@@ -90,7 +90,7 @@ Tensors prepare_inputs(const char* op, const Tensors& inputs, bool create_graph)
 }
 
 Tensor evaluate(const char* op, const TensorFn& f, const Tensors& xs) {
-  if (!f) throw_error<ValueError>(op, "no function given");
+  require_function(op, f);
   EnableGradGuard grad_on;
   Tensor y = f(xs);
   if (!y.defined()) throw_error<ValueError>(op, "f returned an undefined tensor");

@@ -247,6 +247,15 @@ BOOST_AUTO_TEST_CASE(bad_inputs) {
   BOOST_CHECK_THROW(lanczos_with(1, 5, 0.0), ValueError);
   BOOST_CHECK_THROW(lanczos_with(1, 5, std::nan("")), ValueError);
   BOOST_CHECK_THROW(lanczos(H, {}, {}), ValueError);
+  for (const char* who : {"lanczos", "hutchinson_trace"}) {
+    try {  // an empty std::function threw std::bad_function_call before
+      if (std::string(who) == "lanczos") lanczos(nullptr, H.inputs(), {});
+      else hutchinson_trace(nullptr, H.inputs(), {});
+      BOOST_ERROR("no error for an empty operator");
+    } catch (const ValueError& e) {
+      BOOST_TEST(std::string(e.what()) == std::string(who) + ": no function given");
+    }
+  }
   const LinearOperator nan_op = [](const Tensors& v) { return Tensors{mul_scalar(v[0], std::nan(""))}; };
   try {
     lanczos(nan_op, {zeros({3}, DType::Float64)}, {});
