@@ -57,7 +57,10 @@ using Tensors = std::vector<Tensor>;
 
 struct FunctionalOptions {
   // Results stay connected to the graph (differentiable again: hessian of a jvp, gradients
-  // through an hvp); inputs that already require grad are then used as they are.
+  // through an hvp); inputs that already require grad are then used as they are. Either way
+  // every input slot is its own variable: the same tensor given twice, hessian(f, {a, a}), is
+  // f(x0, x1) at x0 = x1 = a (with create_graph each such slot is a recorded identity of a,
+  // so results stay differentiable with respect to a).
   bool create_graph = false;
   // An input f does not depend on gets zeros instead of a GraphError.
   bool allow_unused = false;

@@ -409,6 +409,34 @@ BOOST_AUTO_TEST_CASE(unused_inputs_error_or_zeros) {
   BOOST_TEST(allclose(hvp(lin, {xs[0]}, {xs[0]}).product[0], std::vector<double>(3, 0.0), 0, 0));
 }
 
+BOOST_AUTO_TEST_CASE(a_tensor_in_two_slots_is_two_variables_in_both_modes) {
+  // f(x0, x1) = sum(x0 x1) at x0 = x1 = a: H[0][0] = 0, H[0][1] = I, grad_0 = grad_1 = a, with
+  // or without create_graph (with it, both slots were one variable: 2 I and 2 a).
+  Rng rng(21);
+  Tensor a = randn64({3}, rng);
+  a.set_requires_grad();
+  const TensorFn s = [](const Tensors& in) { return sum(mul(in[0], in[1])); };
+  FunctionalOptions cg;
+  cg.create_graph = true;
+  const std::vector<double> I{1, 0, 0, 0, 1, 0, 0, 0, 1}, Z(9, 0.0);
+  for (const FunctionalOptions& o : {FunctionalOptions{}, cg}) {
+    BOOST_TEST_CONTEXT("create_graph " << o.create_graph) {
+      const std::vector<Tensors> H = hessian(s, {a, a}, o);
+      BOOST_TEST(allclose(H[0][0], Z, 0, 0));
+      BOOST_TEST(allclose(H[0][1], I, 0, 0));
+      BOOST_TEST(allclose(H[1][1], Z, 0, 0));
+      const VjpResult g = value_and_grad(s, {a, a}, o);
+      BOOST_TEST(allclose(g.grads[0], a.detach(), 0, 0));
+      BOOST_TEST(allclose(g.grads[1], a.detach(), 0, 0));
+    }
+  }
+  // With create_graph the results stay differentiable with respect to a itself:
+  // d/da sum(grad_0) = d/da sum(a) = 1 per element.
+  const Tensor g0 = value_and_grad(s, {a, a}, cg).grads[0];
+  BOOST_TEST(allclose(grad({sum(g0)}, {a})[0], {1, 1, 1}, 0, 0));
+  BOOST_TEST(!a.grad().defined());
+}
+
 BOOST_AUTO_TEST_CASE(jacobians_over_the_memory_bound_fail_before_allocating) {
   // (2^20) -> (2^20) float64: a 2^40-element, 8 TiB Jacobian.
   const Tensor big = zeros({std::size_t(1) << 20}, DType::Float64);
