@@ -130,6 +130,7 @@ void check_like_list(const char* op, const Tensors& like) {
 
 LanczosResult lanczos(const LinearOperator& A, const Tensors& like, const LanczosOptions& o) {
   const char* op = "lanczos";
+  require_function(op, A);
   check_like_list(op, like);
   const std::size_t n = total_size(like);
   if (o.k == 0) throw_error<ValueError>(op, "k must be >= 1");
@@ -171,6 +172,35 @@ LanczosResult lanczos(const LinearOperator& A, const Tensors& like, const Lanczo
     idx.resize(std::min(count, idx.size()));
     return idx;
   };
+  // T is block diagonal, one block per restart (the last from row block_start), and each Ritz
+  // vector (column of S) lies in one block. The best Ritz value of the last block, in the
+  // order of `which`:
+  std::size_t block_start = 0;
+  auto block_best = [&](std::size_t d) {
+    for (std::size_t i : order_of(d))
+      for (std::size_t row = block_start; row < d; ++row)
+        if (S[row * d + i] != 0) return i;
+    return order_of(1)[0];
+  };
+  auto residual = [&](std::size_t i, std::size_t d) { return last_beta * std::abs(S[(d - 1) * d + i]); };
+  // Not on an invariant subspace: every wanted Ritz pair and the last block's best have
+  // converged (after a restart the new block may still grow a wanted value).
+  auto residuals_done = [&](std::size_t d, double scale) {
+    bool done = residual(block_best(d), d) <= o.tol * scale;
+    for (std::size_t i : order_of(o.k)) done = done && residual(i, d) <= o.tol * scale;
+    return done;
+  };
+  // On an invariant subspace every Ritz value is exact. A block started from a random vector
+  // holds every distinct eigenvalue of the space it explores once (almost surely), so the block
+  // after b restarts holds exactly the eigenvalues of multiplicity > b. The top k are known when
+  // the space is exhausted or the last block holds no value better than the k-th wanted one
+  // (another copy of it would not enter); else restart to find the next copies.
+  auto invariant_done = [&](std::size_t d, double scale) {
+    if (d == n) return true;
+    const double kth = theta[order_of(o.k).back()], best = theta[block_best(d)];
+    return o.which == SpectrumEnd::Largest ? best <= kth + o.tol * scale
+                                           : std::abs(best) <= std::abs(kth) + o.tol * scale;
+  };
   for (std::size_t j = 0; j < m; ++j) {
     Q.push_back(q);
     std::vector<double> w = apply_flat(op, A, q, like, j);
@@ -193,16 +223,13 @@ LanczosResult lanczos(const LinearOperator& A, const Tensors& like, const Lanczo
     double scale = 0;
     for (double t : theta) scale = std::max(scale, std::abs(t));
     const bool invariant = last_beta <= 1e-10 * std::max(scale, 1e-300);
-    if (d >= o.k) {
-      bool all = true;
-      for (std::size_t i : order_of(o.k)) all = all && (invariant ? 0.0 : last_beta * std::abs(S[(d - 1) * d + i])) <= o.tol * scale;
-      r.converged = all;
-    }
+    r.converged = d >= o.k && (invariant ? invariant_done(d, scale) : residuals_done(d, scale));
     if (r.converged || j + 1 == m) break;
     if (invariant) {  // an invariant subspace: restart orthogonally (T gets a zero coupling)
       q = random_unit(Q);
       if (q.empty()) break;
       beta.push_back(0.0);
+      block_start = d;
       last_beta = 0;
     } else {
       beta.push_back(last_beta);
@@ -227,6 +254,7 @@ LanczosResult lanczos(const LinearOperator& A, const Tensors& like, const Lanczo
 
 TraceEstimate hutchinson_trace(const LinearOperator& A, const Tensors& like, const HutchinsonOptions& o) {
   const char* op = "hutchinson_trace";
+  require_function(op, A);
   check_like_list(op, like);
   if (o.samples == 0) throw_error<ValueError>(op, "samples must be >= 1");
   const std::size_t n = total_size(like);

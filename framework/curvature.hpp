@@ -66,7 +66,8 @@ struct LanczosResult {
 };
 
 // Memory: the Krylov basis, m vectors of as many doubles as `like` has elements, is checked
-// against max_tensor_bytes() before the first product (MemoryError). ValueError: k == 0,
+// against max_tensor_bytes() before the first product (MemoryError). ValueError: op empty
+// ("lanczos: no function given"), k == 0,
 // k > max_iterations, k larger than the operator's size, tol not in (0, 1), the operator
 // returning NaN or inf, or vectors not shaped like `like`.
 LanczosResult lanczos(const LinearOperator& op, const Tensors& like, const LanczosOptions& options = {});
@@ -84,6 +85,9 @@ struct TraceEstimate {
 };
 
 // E[v^T A v] = tr(A) for v with independent +-1 entries; Var = 2 sum_{i != j} A_ij^2.
+// ValueError: op empty ("hutchinson_trace: no function given"), samples == 0, `like` empty,
+// the operator returning NaN or inf or another count of tensors; ShapeError / DTypeError: a
+// result not shaped like its tensor of `like`.
 TraceEstimate hutchinson_trace(const LinearOperator& op, const Tensors& like, const HutchinsonOptions& options = {});
 
 struct NoiseScale {

@@ -67,19 +67,32 @@ std::vector<bool> reachable(const Tensor& y, const Tensors& xs) {
   return found;
 }
 
+// The variable of one input slot whose tensor requires grad, under create_graph: the tensor
+// itself, or (when the same tensor fills several slots) a recorded identity of it per slot, so
+// each slot is its own node as without create_graph and gradients still reach the tensor.
+Tensor slot_variable(const Tensor& x, bool repeated) {
+  if (!repeated) return x;
+  return record("identity", x.detach(), {x}, [](const Node&, const Tensor& g) { return Tensors{g}; });
+}
+
 // Fresh leaves sharing each input's storage (f's graph then starts here and no .grad is
 // touched); with create_graph an input that already requires grad is kept, so results stay
-// differentiable with respect to it.
+// differentiable with respect to it. Every slot is its own variable in both modes.
 Tensors prepare_inputs(const char* op, const Tensors& inputs, bool create_graph) {
   if (inputs.empty()) throw_error<ValueError>(op, "no inputs given");
-  Tensors xs;
+  std::unordered_map<Key, std::size_t> uses;  // slots holding each input that requires grad
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& x = inputs[i];
     if (!x.defined()) throw_error<DTypeError>(op, "input ", i, " is undefined");
     if (!is_float(x.dtype()))
       throw_error<DTypeError>(op, "input ", i, " ", describe(x), " is not differentiable: inputs must be float32 or float64");
+    if (x.requires_grad()) ++uses[key_of(x)];
+  }
+  Tensors xs;
+  for (const Tensor& x : inputs) {
     if (create_graph && x.requires_grad()) {
-      xs.push_back(x);
+      EnableGradGuard grad_on;
+      xs.push_back(slot_variable(x, uses[key_of(x)] > 1));
     } else {
       Tensor leaf = x.detach();
       leaf.set_requires_grad(true);
@@ -90,7 +103,7 @@ Tensors prepare_inputs(const char* op, const Tensors& inputs, bool create_graph)
 }
 
 Tensor evaluate(const char* op, const TensorFn& f, const Tensors& xs) {
-  if (!f) throw_error<ValueError>(op, "no function given");
+  require_function(op, f);
   EnableGradGuard grad_on;
   Tensor y = f(xs);
   if (!y.defined()) throw_error<ValueError>(op, "f returned an undefined tensor");

@@ -57,7 +57,10 @@ using Tensors = std::vector<Tensor>;
 
 struct FunctionalOptions {
   // Results stay connected to the graph (differentiable again: hessian of a jvp, gradients
-  // through an hvp); inputs that already require grad are then used as they are.
+  // through an hvp); inputs that already require grad are then used as they are. Either way
+  // every input slot is its own variable: the same tensor given twice, hessian(f, {a, a}), is
+  // f(x0, x1) at x0 = x1 = a (with create_graph each such slot is a recorded identity of a,
+  // so results stay differentiable with respect to a).
   bool create_graph = false;
   // An input f does not depend on gets zeros instead of a GraphError.
   bool allow_unused = false;
@@ -166,7 +169,13 @@ struct PerSampleGradients {
 //     example's slice zeroed (the op alone, not the graph);
 //   - an op whose output has no batch axis (narrow of a positional table) is followed to the
 //     first op that has one, and the per-example gradient there is sent back through it.
-// A parameter any of whose uses fails the check falls back to the loop. Cost, measured in
+// A parameter any of whose uses fails the check falls back to the loop, as does one that is
+// the losses tensor itself (rows of the identity). The check compares to rounding: it passes
+// when max |gw - w_i g_i| <= 16 eps(dtype) sqrt(s) max |w_i g_i| (s: elements per example of
+// the op's output; genuine per-example models measure below 7 eps). What Auto can miss: a
+// coupling between examples weaker than that bound (float32: relative effect below about
+// 2e-6 sqrt(s); float64: 3.6e-15 sqrt(s)) is taken for rounding, and the rows are then off
+// by about as much; use Loop for a loss that couples the examples on purpose. Cost, measured in
 // benchmarks/bench_functional.cpp: see the README ("Gradient experiments").
 PerSampleGradients per_sample_gradients(const NamedTensors& params, const std::function<Tensor()>& per_example_losses,
                                         const PerSampleOptions& options = {});

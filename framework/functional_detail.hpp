@@ -20,6 +20,10 @@ inline Key key_of(const Tensor& t) {
 }
 
 std::string describe(const Tensor& t);  // "(2, 3) float64"
+// ValueError "<op>: no function given" when f (a TensorFn, LinearOperator, ...) is empty.
+template <class F> void require_function(const std::string& op, const F& f) {
+  if (!f) throw_error<ValueError>(op, "no function given");
+}
 Shape concat_shapes(const Shape& a, const Shape& b);
 // zeros(shape, dtype) with a 1 at flat `index` (float dtypes).
 Tensor basis(const Shape& shape, DType dtype, std::size_t index);

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/functional_detail.hpp"
 #include "xgrad/framework/gradcheck.hpp"
 #include "xgrad/ops/shape.hpp"
 
@@ -58,6 +59,42 @@ std::vector<std::size_t> checked_inputs(const std::string& who, const std::vecto
   }
   if (checked.empty()) throw_error<ValueError>(who, "no input requires grad");
   return checked;
+}
+
+// ValueError unless eps is finite and > 0, and atol, rtol and fused_rtol are finite and >= 0.
+void check_options(const std::string& who, const GradcheckOptions& o) {
+  const auto need = [&](const char* option, double v, bool positive) {
+    if (!std::isfinite(v) || v < 0 || (positive && v == 0))
+      throw_error<ValueError>(who, "option ", option, " must be finite and ", positive ? "> 0" : ">= 0", ", got ", v);
+  };
+  need("eps", o.eps, true);
+  need("atol", o.atol, false);
+  need("rtol", o.rtol, false);
+  need("fused_rtol", o.fused_rtol, false);
+}
+
+// What every check starts from: f given and the options valid; slots = the inputs with each
+// checked one replaced by its own leaf sharing its storage (the same tensor given twice is two
+// variables, differentiated and perturbed one at a time); y = f(slots), a float64 tensor.
+struct Sample {
+  std::vector<std::size_t> checked;
+  std::vector<Tensor> slots;
+  Tensor y;
+};
+Sample sample_of(const std::string& who, const TensorFn& f, const std::vector<Tensor>& inputs,
+                 const GradcheckOptions& opt) {
+  functional_detail::require_function(who, f);
+  check_options(who, opt);
+  Sample s{checked_inputs(who, inputs), inputs, {}};
+  for (std::size_t i : s.checked) {
+    s.slots[i] = inputs[i].detach();
+    s.slots[i].set_requires_grad(true);
+  }
+  s.y = f(s.slots);
+  if (!s.y.defined()) throw_error<ValueError>(who, "f returned an undefined tensor; it must return a float64 tensor");
+  if (s.y.dtype() != DType::Float64)
+    throw_error<DTypeError>(who, "f must return a float64 tensor, got ", s.y.shape(), " ", dtype_name(s.y.dtype()));
+  return s;
 }
 
 std::string fmt(double v) {
@@ -130,11 +167,12 @@ struct Checker {
     return f(xs).to_vector();
   }
 
-  // |a - n| / (atol + rtol |n|), keeping the largest |a - n| (inf when either is NaN or inf).
+  // |a - n| / (atol + rtol |n|), keeping the largest |a - n|; inf when either is NaN or inf,
+  // 0 when a == n (also for atol = rtol = 0), never NaN.
   double ratio(double a, double n) {
     const double err = std::isfinite(a) && std::isfinite(n) ? std::abs(a - n) : kInf;
     res.max_abs_error = std::max(res.max_abs_error, err);
-    return err / (opt.atol + opt.rtol * std::abs(n));
+    return err == 0 ? 0.0 : err / (opt.atol + opt.rtol * std::abs(n));
   }
 };
 
@@ -192,7 +230,7 @@ void compare_random_upstream(Checker& c, const std::vector<Vec>& analytic, const
       }
     }
   }
-  if (worst > 1) c.fail(worst_msg);
+  if (!(worst <= 1)) c.fail(worst_msg);
   if (all_zero && !c.opt.allow_all_zero && total > 0)
     c.fail("every analytic and numeric gradient is zero: the check is vacuous");
 }
@@ -217,7 +255,7 @@ void compare_full_jacobian(Checker& c, const std::vector<std::vector<Vec>>& colu
         }
       }
   }
-  if (worst > 1) c.fail(worst_msg);
+  if (!(worst <= 1)) c.fail(worst_msg);
 }
 
 // Step: backward is linear in the upstream gradient: vjp(a u + b v) == a vjp(u) + b vjp(v).
@@ -243,11 +281,9 @@ void check_linearity(Checker& c, const Tensor& u, const Tensor& v, const std::ve
 }  // namespace
 
 GradcheckResult gradcheck(const TensorFn& f, const std::vector<Tensor>& inputs, const GradcheckOptions& opt) {
-  Checker c{f, inputs, opt, "gradcheck(" + opt.name + ")", {}, {}, 0, {}};
-  c.checked = checked_inputs(c.who, inputs);
-  c.y = f(inputs);
-  if (!c.y.defined() || c.y.dtype() != DType::Float64)
-    throw_error<DTypeError>(c.who, "the function must return a float64 tensor");
+  const std::string who = "gradcheck(" + opt.name + ")";
+  Sample s = sample_of(who, f, inputs, opt);
+  Checker c{f, s.slots, opt, who, std::move(s.checked), std::move(s.y), 0, {}};
   c.ny = c.y.numel();
   // NaN compares false against every tolerance, so non-finite values fail up front.
   if (std::string bad = nonfinite_output(c.y); !bad.empty())
@@ -258,7 +294,7 @@ GradcheckResult gradcheck(const TensorFn& f, const std::vector<Tensor>& inputs, 
   const Tensor v = randn(c.y.shape(), rng, DType::Float64);
   const std::vector<Vec> analytic = c.vjp(u);
   std::size_t total = 0;
-  for (auto i : c.checked) total += inputs[i].numel();
+  for (auto i : c.checked) total += c.inputs[i].numel();
   const bool full = c.ny > 0 && c.ny * total <= opt.full_jacobian_max;
   const Numeric numeric = numeric_gradients(c, u.to_vector(), full);
   if (!numeric.failure.empty()) return c.fail_nonfinite(numeric.failure);
@@ -277,8 +313,9 @@ GradcheckResult gradcheck(const TensorFn& f, const std::vector<Tensor>& inputs, 
 GradcheckResult gradgradcheck(const TensorFn& f, const std::vector<Tensor>& inputs,
                               const GradcheckOptions& opt) {
   const std::string who = "gradgradcheck(" + opt.name + ")";
-  const std::vector<std::size_t> checked = checked_inputs(who, inputs);
-  Tensor y = f(inputs);
+  const Sample s = sample_of(who, f, inputs, opt);
+  const std::vector<std::size_t>& checked = s.checked;
+  const Tensor& y = s.y;
   auto failed = [&](const std::string& msg) {
     GradcheckResult res;
     res.ok = false;
@@ -308,7 +345,7 @@ GradcheckResult gradgradcheck(const TensorFn& f, const std::vector<Tensor>& inpu
     }
     return concat(parts, 0);
   };
-  std::vector<Tensor> xs_u = inputs;
+  std::vector<Tensor> xs_u = s.slots;
   xs_u.push_back(u);
   // The first-order gradient (create_graph) at the sample: (numel of checked inputs).
   const Vec g1 = vjp(xs_u).to_vector();
@@ -326,10 +363,11 @@ GradcheckResult gradgradcheck(const TensorFn& f, const std::vector<Tensor>& inpu
 GradcheckResult check_fused_backward(const TensorFn& f, const std::vector<Tensor>& inputs,
                                      const GradcheckOptions& opt) {
   const std::string who = "check_fused_backward(" + opt.name + ")";
-  const std::vector<std::size_t> checked = checked_inputs(who, inputs);
+  const Sample s = sample_of(who, f, inputs, opt);
+  const std::vector<std::size_t>& checked = s.checked;
+  const Tensor& y = s.y;
   std::vector<Tensor> wrt;
-  for (auto i : checked) wrt.push_back(inputs[i]);
-  Tensor y = f(inputs);
+  for (auto i : checked) wrt.push_back(s.slots[i]);
   GradcheckResult res;
   if (!y.requires_grad()) return res;  // nothing recorded: no backward to compare
   Rng rng(opt.seed + 2);

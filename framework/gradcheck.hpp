@@ -13,8 +13,10 @@
 //     numeric gradient, Jacobian entry or linearity term. The message names the op, the
 //     input, the element (index and flat index) and both values; max_abs_error is inf.
 // Inputs that require grad (float64) are checked; the others (masks, indices, constants)
-// are passed through unchanged. gradcheck differentiates with create_graph = false, so it
-// sees the fused first-order backwards.
+// are passed through unchanged. Each checked input slot is its own variable (a fresh leaf
+// sharing the input's storage): the same tensor given twice, gradcheck(mul, {a, a}), is
+// f(x0, x1) at x0 = x1 = a, each slot differentiated and perturbed alone. gradcheck
+// differentiates with create_graph = false, so it sees the fused first-order backwards.
 //
 // gradgradcheck(f, inputs) runs gradcheck on (inputs..., u) -> vjp_f(inputs, u) computed
 // with create_graph, which checks every second derivative of f that backward can produce.
@@ -58,6 +60,14 @@ struct GradcheckResult {
   explicit operator bool() const { return ok; }
 };
 
+// Errors (thrown before f's first evaluation where they do not depend on f's output; the
+// message starts with "gradcheck(name)", "gradgradcheck(name)" or "check_fused_backward(name)"):
+//   ValueError  f is empty ("no function given"); an option out of range: eps must be finite
+//               and > 0, atol, rtol and fused_rtol finite and >= 0 ("option rtol must be
+//               finite and >= 0, got nan"); no input requires grad; f returned an undefined
+//               tensor
+//   DTypeError  an input that requires grad is not float64; f's output is not float64
+// Failures of the check itself (wrong or non-finite gradients) are returned, not thrown.
 GradcheckResult gradcheck(const TensorFn& f, const std::vector<Tensor>& inputs,
                           const GradcheckOptions& options = {});
 GradcheckResult gradgradcheck(const TensorFn& f, const std::vector<Tensor>& inputs,

@@ -9,13 +9,26 @@ namespace xgrad {
 
 namespace {
 
-// A DOT double-quoted string: backslashes and quotes escaped, newlines as \n.
+// A DOT double-quoted string: backslashes and quotes escaped, newlines as \n, other control
+// bytes (a NUL ends Graphviz's string) as the text \xHH. Graphviz rejects a string token over
+// 16384 bytes, so a longer one is split into "..." + "..." pieces (DOT joins them), never
+// inside an escape or a UTF-8 character.
 std::string quoted(const std::string& s) {
+  constexpr std::size_t kPiece = 4096;
   std::string q = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') q += '\\', q += c;
-    else if (c == '\n') q += "\\n";
-    else q += c;
+  std::size_t piece = 0;  // bytes in the current piece
+  for (const char c : s) {
+    const auto b = static_cast<unsigned char>(c);
+    std::string e(1, c);
+    if (c == '"' || c == '\\') e = std::string("\\") + c;
+    else if (c == '\n') e = "\\n";
+    else if (b < 0x20 || b == 0x7f) {
+      const char* hex = "0123456789abcdef";
+      e = std::string("\\\\x") + hex[b >> 4] + hex[b & 15];
+    }
+    if (piece + e.size() > kPiece && ((b & 0xc0) != 0x80 || piece >= 2 * kPiece)) q += "\" + \"", piece = 0;
+    q += e;
+    piece += e.size();
   }
   return q + "\"";
 }
@@ -74,6 +87,7 @@ DotGraph graph_to_dot(const std::vector<Tensor>& roots, const NamedTensors& name
       label = (named != name_of.end() ? named->second : std::string("leaf")) + "\n" + shape_and_dtype(t);
       attrs = std::string("shape=box, style=filled, fillcolor=") + (root ? "\"#c8e6c9\"" : "\"#bbdefb\"");
     } else {
+      if (!options.show_constants) continue;  // only a root reaches here then
       ++g.constants;
       label = (named != name_of.end() ? named->second : std::string("const")) + "\n" + shape_and_dtype(t);
       attrs = "shape=ellipse, style=filled, fillcolor=\"#f5f5f5\", fontcolor=\"#616161\", color=\"#9e9e9e\"";

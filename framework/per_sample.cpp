@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -103,7 +104,11 @@ Tensor example_of(const Tensor& t, std::size_t i) {
   return out;
 }
 
-// max |a - w_i b_i| <= tol * max |w_i b_i| over a tensor whose axis 0 has B slices.
+// max |a - w_i b_i| <= tol * max |w_i b_i| over a tensor whose axis 0 has B slices, with
+// tol = 16 eps(dtype) sqrt(slice): a and w_i b_i are the same sums in another order, whose
+// rounding grows like the square root of their length (the slice's size stands in for the
+// reductions behind it). Measured on float32 encoders and ViTs (slices of 32 to 1632): at most
+// 7 eps, 1/17 of tol or less; a coupling loss z - 1e-4 mean_batch(z) is 170 eps at slice 3.
 bool weighted_match(const Tensor& a, const Tensor& b, const std::vector<double>& w) {
   if (!a.defined() || !b.defined()) return !a.defined() && !b.defined();
   const std::vector<double> va = a.to_vector(), vb = b.to_vector();
@@ -114,8 +119,9 @@ bool weighted_match(const Tensor& a, const Tensor& b, const std::vector<double>&
     err = std::max(err, std::abs(va[j] - expect));
     scale = std::max(scale, std::abs(expect));
   }
-  const double tol = a.dtype() == DType::Float64 ? 1e-7 : 1e-3;
-  return err <= tol * scale;
+  const double eps = a.dtype() == DType::Float64 ? std::numeric_limits<double>::epsilon()
+                                                 : double(std::numeric_limits<float>::epsilon());
+  return err <= 16 * eps * std::sqrt(double(std::max<std::size_t>(slice, 1))) * scale;
 }
 
 class PerSample {
@@ -136,7 +142,9 @@ class PerSample {
     std::vector<std::vector<Edge>> edges(params_.size());
     std::vector<std::size_t> loop, open;
     for (std::size_t i = 0; i < params_.size(); ++i) {
-      if (!consumers_.count(key_of(params_[i].second))) {
+      if (key_of(params_[i].second) == key_of(losses_)) {  // the losses are p: no op to walk
+        loop.push_back(i);
+      } else if (!consumers_.count(key_of(params_[i].second))) {
         if (!options_.allow_unused)
           throw_error<GraphError>(kOp, "parameter '", params_[i].first, "' ", describe(params_[i].second),
                                   " is not used to compute the losses (pass allow_unused for zeros)");

@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "xgrad/framework/autograd.hpp"
+#include "xgrad/framework/functional_detail.hpp"
 
 namespace xgrad {
 
@@ -32,6 +33,7 @@ std::string OpCheckResult::message() const {
 }
 
 OpCheckResult check_op(const OpInfo& op, std::uint64_t seed) {
+  functional_detail::require_function("check_op(" + op.name + ")", op.fn);
   OpCheckResult res;
   Rng rng(seed);
   const std::vector<OpSample> samples = op.samples ? op.samples(rng) : std::vector<OpSample>{};

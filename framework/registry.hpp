@@ -44,6 +44,8 @@ struct OpCheckResult {
   explicit operator bool() const { return ok; }
   std::string message() const;        // the failures, one a line
 };
+// ValueError "check_op(name): no function given" when op.fn is empty; an op without samples
+// is a failure ("name: no samples").
 OpCheckResult check_op(const OpInfo& op, std::uint64_t seed = 42);
 // check_op on a registered op; ValueError naming it when no op has that name.
 OpCheckResult check_registered_op(const std::string& name, std::uint64_t seed = 42);

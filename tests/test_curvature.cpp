@@ -134,6 +134,41 @@ BOOST_AUTO_TEST_CASE(lanczos_restarts_on_an_invariant_subspace) {
   BOOST_TEST(r.iterations == 3u);
 }
 
+BOOST_AUTO_TEST_CASE(lanczos_finds_every_copy_of_a_repeated_eigenvalue) {
+  // diag(2, 2, 2, 1, -5): a random start spans one copy of each eigenvalue (an invariant
+  // subspace of dimension 3), which held 2, 1, -5 and reported converged before.
+  const Tensor D = tensor({2, 2, 2, 1, -5}, {5}, DType::Float64);
+  const LinearOperator A = [&](const Tensors& v) { return Tensors{mul(v[0], D)}; };
+  LanczosOptions o;
+  o.k = 3;
+  o.max_iterations = 5;
+  const LanczosResult r = lanczos(A, {zeros({5}, DType::Float64)}, o);
+  BOOST_TEST(r.converged);
+  BOOST_TEST(allclose(tensor(r.eigenvalues, {3}, DType::Float64), {2, 2, 2}, 1e-12, 0));
+  // One product short of the third copy: the top 3 are not known, and it says so.
+  o.max_iterations = 4;
+  const LanczosResult short_run = lanczos(A, {zeros({5}, DType::Float64)}, o);
+  BOOST_TEST(!short_run.converged);
+  BOOST_TEST(short_run.iterations == 4u);
+  // By magnitude: -5 then two copies of 2.
+  o.max_iterations = 5;
+  o.which = SpectrumEnd::LargestMagnitude;
+  const LanczosResult m = lanczos(A, {zeros({5}, DType::Float64)}, o);
+  BOOST_TEST(m.converged);
+  BOOST_TEST(allclose(tensor(m.eigenvalues, {3}, DType::Float64), {-5, 2, 2}, 1e-12, 0));
+  // Distinct top values over a repeated bulk: one restart shows the bulk holds nothing larger.
+  std::vector<double> d(50, 1.0);
+  d[7] = 40, d[20] = 20, d[33] = 10;
+  const Tensor big = tensor(d, {50}, DType::Float64);
+  const LinearOperator B = [&](const Tensors& v) { return Tensors{mul(v[0], big)}; };
+  o.which = SpectrumEnd::Largest;
+  o.max_iterations = 30;
+  const LanczosResult top = lanczos(B, {zeros({50}, DType::Float64)}, o);
+  BOOST_TEST(top.converged);
+  BOOST_TEST(allclose(tensor(top.eigenvalues, {3}, DType::Float64), {40, 20, 10}, 1e-12, 0));
+  BOOST_TEST(top.iterations == 5u);
+}
+
 BOOST_AUTO_TEST_CASE(lanczos_on_several_tensors_and_float32) {
   // f(a, b) = sum(a^2 * c) + 3 sum(b^2): a diagonal Hessian spread over two inputs.
   const Tensor c = tensor({1, 5, 2, 0.5}, {2, 2}, DType::Float32);
@@ -247,6 +282,15 @@ BOOST_AUTO_TEST_CASE(bad_inputs) {
   BOOST_CHECK_THROW(lanczos_with(1, 5, 0.0), ValueError);
   BOOST_CHECK_THROW(lanczos_with(1, 5, std::nan("")), ValueError);
   BOOST_CHECK_THROW(lanczos(H, {}, {}), ValueError);
+  for (const char* who : {"lanczos", "hutchinson_trace"}) {
+    try {  // an empty std::function threw std::bad_function_call before
+      if (std::string(who) == "lanczos") lanczos(nullptr, H.inputs(), {});
+      else hutchinson_trace(nullptr, H.inputs(), {});
+      BOOST_ERROR("no error for an empty operator");
+    } catch (const ValueError& e) {
+      BOOST_TEST(std::string(e.what()) == std::string(who) + ": no function given");
+    }
+  }
   const LinearOperator nan_op = [](const Tensors& v) { return Tensors{mul_scalar(v[0], std::nan(""))}; };
   try {
     lanczos(nan_op, {zeros({3}, DType::Float64)}, {});

@@ -409,6 +409,34 @@ BOOST_AUTO_TEST_CASE(unused_inputs_error_or_zeros) {
   BOOST_TEST(allclose(hvp(lin, {xs[0]}, {xs[0]}).product[0], std::vector<double>(3, 0.0), 0, 0));
 }
 
+BOOST_AUTO_TEST_CASE(a_tensor_in_two_slots_is_two_variables_in_both_modes) {
+  // f(x0, x1) = sum(x0 x1) at x0 = x1 = a: H[0][0] = 0, H[0][1] = I, grad_0 = grad_1 = a, with
+  // or without create_graph (with it, both slots were one variable: 2 I and 2 a).
+  Rng rng(21);
+  Tensor a = randn64({3}, rng);
+  a.set_requires_grad();
+  const TensorFn s = [](const Tensors& in) { return sum(mul(in[0], in[1])); };
+  FunctionalOptions cg;
+  cg.create_graph = true;
+  const std::vector<double> I{1, 0, 0, 0, 1, 0, 0, 0, 1}, Z(9, 0.0);
+  for (const FunctionalOptions& o : {FunctionalOptions{}, cg}) {
+    BOOST_TEST_CONTEXT("create_graph " << o.create_graph) {
+      const std::vector<Tensors> H = hessian(s, {a, a}, o);
+      BOOST_TEST(allclose(H[0][0], Z, 0, 0));
+      BOOST_TEST(allclose(H[0][1], I, 0, 0));
+      BOOST_TEST(allclose(H[1][1], Z, 0, 0));
+      const VjpResult g = value_and_grad(s, {a, a}, o);
+      BOOST_TEST(allclose(g.grads[0], a.detach(), 0, 0));
+      BOOST_TEST(allclose(g.grads[1], a.detach(), 0, 0));
+    }
+  }
+  // With create_graph the results stay differentiable with respect to a itself:
+  // d/da sum(grad_0) = d/da sum(a) = 1 per element.
+  const Tensor g0 = value_and_grad(s, {a, a}, cg).grads[0];
+  BOOST_TEST(allclose(grad({sum(g0)}, {a})[0], {1, 1, 1}, 0, 0));
+  BOOST_TEST(!a.grad().defined());
+}
+
 BOOST_AUTO_TEST_CASE(jacobians_over_the_memory_bound_fail_before_allocating) {
   // (2^20) -> (2^20) float64: a 2^40-element, 8 TiB Jacobian.
   const Tensor big = zeros({std::size_t(1) << 20}, DType::Float64);
@@ -671,6 +699,37 @@ BOOST_AUTO_TEST_CASE(coupled_examples_stay_exact) {
     BOOST_TEST(allclose(fast.grads[k].second, loop.grads[k].second, 1e-10, 1e-12), fast.grads[k].first);
 }
 
+BOOST_AUTO_TEST_CASE(weak_batch_coupling_is_not_taken_for_rounding) {
+  // loss_i = |z_i - c mean_j z_j|^2, z = linear(x, W): c = 1e-4 in float32 and 1e-9 in float64
+  // passed the old fixed check (1e-3 / 1e-7 relative) as "linear", 3.4e-5 / 3.4e-10 off.
+  for (const auto& [dt, c] : {std::pair{DType::Float32, 1e-4}, std::pair{DType::Float64, 1e-9}}) {
+    BOOST_TEST_CONTEXT(dtype_name(dt)) {
+      Rng r(5);
+      Tensor W = randn({3, 3}, r, dt);
+      W.set_requires_grad();
+      const Tensor x = randn({6, 3}, r, dt);
+      const auto losses = [&, c = c] {
+        const Tensor z = linear(x, W), z2 = sub(z, mul_scalar(mean(z, {0}, true), c));
+        return sum(mul(z2, z2), {1});
+      };
+      const PerSampleGradients fast = per_sample_gradients({{"W", W}}, losses);
+      PerSampleOptions lo;
+      lo.method = PerSampleMethod::Loop;
+      const PerSampleGradients loop = per_sample_gradients({{"W", W}}, losses, lo);
+      BOOST_TEST(fast.methods[0] != "linear");
+      const double tol = dt == DType::Float32 ? 1e-6 : 1e-14;
+      BOOST_TEST(allclose(fast.grads[0].second, loop.grads[0].second, tol, tol));
+    }
+  }
+  // A genuine per-example model keeps its fast methods in float32.
+  TransformerEncoder model(small_encoder_config());
+  Rng rng(17);
+  const EncoderBatch b = encoder_batch(5, 6, 7, rng);
+  const PerSampleGradients g = per_sample_gradients(
+      model, [&] { return cross_entropy_per_example(model.forward(b.tokens, b.padding), b.all_targets); });
+  for (std::size_t k = 0; k < g.methods.size(); ++k) BOOST_TEST(g.methods[k] != "loop", g.grads[k].first);
+}
+
 BOOST_AUTO_TEST_CASE(linear_regression_closed_form) {
   // loss_i = 0.5 |W x_i + b - y_i|^2: grad W_i = r_i x_i^T, grad b_i = r_i.
   Rng rng(13);
@@ -714,6 +773,16 @@ BOOST_AUTO_TEST_CASE(bad_inputs) {
   BOOST_TEST(allclose(g.grads[2].second, std::vector<double>(20, 0.0), 0, 0));
   expect_error<GraphError>([&] { per_sample_gradients({{"x", x}}, losses); }, "parameter 'x' (4, 3) float64 must be a leaf that requires grad");
   expect_error<ValueError>([&] { per_sample_gradients({{"a", lin.weight}, {"b", lin.weight}}, losses); }, "parameter 'b' is given twice");
+  // Losses that are a parameter: d p_i / d p is row i of the identity (a GraphError "not used" before).
+  Tensor p = test::f64({1, 2, 3}, {3});
+  p.set_requires_grad();
+  for (const PerSampleMethod m : {PerSampleMethod::Auto, PerSampleMethod::Loop}) {
+    PerSampleOptions pm;
+    pm.method = m;
+    const PerSampleGradients id = per_sample_gradients({{"p", p}}, [&] { return p; }, pm);
+    BOOST_TEST(id.methods[0] == "loop");
+    BOOST_TEST(allclose(id.grads[0].second, {1, 0, 0, 0, 1, 0, 0, 0, 1}, 0, 0));
+  }
   o.max_bytes = 100;
   expect_error<MemoryError>([&] { per_sample_gradients(lin, losses, o); },
                             "per_sample_gradients: the per-sample gradients (2 blocks: (4, 2, 3) float64, (4, 2) float64) needs 256 bytes, more than the limit of 100");

@@ -3,14 +3,17 @@
 // first-order backward that disagrees with its create_graph backward.
 #include <limits>
 
+#include "expect_error.hpp"
 #include "helpers.hpp"
 #include "xgrad/framework/autograd.hpp"
 #include "xgrad/framework/gradcheck.hpp"
 #include "xgrad/framework/tensor.hpp"
 #include "xgrad/ops/elementwise.hpp"
+#include "xgrad/ops/index.hpp"
 #include "xgrad/ops/unary.hpp"
 
 using namespace xgrad;
+using test::expect_error;
 using test::leaf;
 
 namespace {
@@ -57,6 +60,19 @@ Tensor square_two_paths(const Tensor& x, long bad, double fused_scale, double gr
   };
   return record_fused("square_two_paths", y, {x}, scaled(fused_scale), scaled(graph_scale));
 }
+
+// y = x^2 whose backward is 4 x g: wrong by a factor 2 everywhere.
+Tensor square_twice_wrong(const Tensor& x) {
+  Tensor y = mul(x.detach(), x.detach());
+  return record("square_twice_wrong", y, {x}, [](const Node& n, const Tensor& g) -> std::vector<Tensor> {
+    return {mul(g, mul_scalar(n.input(0), 4.0))};
+  });
+}
+
+// The three checks, by name, for tests that hold for each.
+using Check = GradcheckResult (*)(const TensorFn&, const std::vector<Tensor>&, const GradcheckOptions&);
+const std::vector<std::pair<std::string, Check>> kChecks = {
+    {"gradcheck", gradcheck}, {"gradgradcheck", gradgradcheck}, {"check_fused_backward", check_fused_backward}};
 
 TensorFn poked(long bad, double value) {
   return [=](const std::vector<Tensor>& in) { return square_poked(in[0], bad, value); };
@@ -191,6 +207,74 @@ BOOST_AUTO_TEST_CASE(fused_backward_differing_from_create_graph_backward_fails) 
 
   // A NaN in either path fails too.
   BOOST_TEST(!check_fused_backward(two_paths(2, kNaN, 1), x, {"nan_fused"}).ok);
+}
+
+BOOST_AUTO_TEST_CASE(tolerances_and_eps_out_of_range_are_value_errors) {
+  // A backward 2x off passed with rtol = NaN, atol = inf or negative tolerances before.
+  const TensorFn wrong = [](const std::vector<Tensor>& in) { return square_twice_wrong(in[0]); };
+  const std::vector<Tensor> x = {leaf({0.5, -1.5, 2}, {3})};
+  BOOST_TEST(!gradcheck(wrong, x).ok);
+  GradcheckOptions exact;
+  exact.atol = exact.rtol = 0;  // allowed: exact agreement required
+  BOOST_TEST(!gradcheck(wrong, x, exact).ok);
+  const double kBad[] = {kNaN, kInf, -kInf, -1e-5};
+  for (const auto& [who, check] : kChecks)
+    for (const char* option : {"eps", "atol", "rtol", "fused_rtol"})
+      for (double bad : kBad) {
+        GradcheckOptions o;
+        if (std::string(option) == "eps") o.eps = bad;
+        if (std::string(option) == "atol") o.atol = bad;
+        if (std::string(option) == "rtol") o.rtol = bad;
+        if (std::string(option) == "fused_rtol") o.fused_rtol = bad;
+        BOOST_TEST_CONTEXT(who << " " << option << " = " << bad) {
+          const std::string bound = std::string(option) == "eps" ? "> 0" : ">= 0";
+          expect_error<ValueError>([&] { check(wrong, x, o); },
+                                   {who + "(f): option " + option + " must be finite and " + bound + ", got "});
+        }
+      }
+  for (const auto& [who, check] : kChecks) {
+    GradcheckOptions o;
+    o.eps = 0;
+    expect_error<ValueError>([&] { check(wrong, x, o); }, {who + "(f): option eps must be finite and > 0, got 0"});
+    o.eps = 1e-6;
+    o.rtol = kNaN;
+    expect_error<ValueError>([&] { check(wrong, x, o); }, {who + "(f): option rtol must be finite and >= 0, got nan"});
+  }
+}
+
+BOOST_AUTO_TEST_CASE(the_same_tensor_in_two_slots_is_two_variables) {
+  // mul(a, a) given {a, a}: each slot's gradient is the other slot's value, and every check
+  // perturbs one slot at a time; the checks failed a correct op before.
+  const Tensor a = leaf({0.5, -1.5, 2}, {3});
+  const TensorFn f = [](const std::vector<Tensor>& in) { return mul(in[0], in[1]); };
+  for (const auto& [who, check] : kChecks) {
+    const GradcheckResult r = check(f, {a, a}, {});
+    BOOST_TEST(r.ok, who << ": " << r.message);
+  }
+  // A wrong op still fails with aliased slots, and nothing is written to the caller's tensor.
+  const TensorFn wrong = [](const std::vector<Tensor>& in) { return mul(in[0], square_twice_wrong(in[1])); };
+  BOOST_TEST(!gradcheck(wrong, {a, a}).ok);
+  BOOST_TEST(!a.grad().defined());
+}
+
+BOOST_AUTO_TEST_CASE(an_empty_function_is_a_value_error) {
+  const std::vector<Tensor> x = {leaf({1, 2}, {2})};
+  for (const auto& [who, check] : kChecks)
+    expect_error<ValueError>([&] { check(TensorFn(), x, {}); }, {who + "(f): no function given"});
+}
+
+BOOST_AUTO_TEST_CASE(every_check_requires_a_defined_float64_output) {
+  const std::vector<Tensor> x = {leaf({1, 2}, {2})};
+  const TensorFn to32 = [](const std::vector<Tensor>& in) { return in[0].to(DType::Float32); };
+  const TensorFn undefined = [](const std::vector<Tensor>&) { return Tensor(); };
+  const TensorFn to_int = [](const std::vector<Tensor>& in) { return argmax(in[0], 0); };
+  for (const auto& [who, check] : kChecks) {
+    BOOST_TEST_CONTEXT(who) {
+      expect_error<DTypeError>([&] { check(to32, x, {}); }, {who + "(f): f must return a float64 tensor, got (2) float32"});
+      expect_error<DTypeError>([&] { check(to_int, x, {}); }, {who + "(f): f must return a float64 tensor, got () int64"});
+      expect_error<ValueError>([&] { check(undefined, x, {}); }, {who + "(f): f returned an undefined tensor"});
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -6,6 +6,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -171,6 +172,52 @@ BOOST_AUTO_TEST_CASE(options_names_escapes_and_freed_graphs) {
     BOOST_TEST(render_svg(g.text, "options") == 0);
     BOOST_TEST(render_svg(freed, "freed") == 0);
   }
+}
+
+BOOST_AUTO_TEST_CASE(control_bytes_and_long_labels_stay_valid_dot) {
+  Tensor w = test::f64({1, 2, 3}, {3});
+  w.set_requires_grad();
+  const Tensor y = sum(exp(w));
+  // A NUL (which ends Graphviz's string) and other control bytes become the text \xHH.
+  const std::string nul = to_dot(y, {{std::string("a\0b\x01" "c\x7f", 6), w}});
+  BOOST_TEST(nul.find('\0') == std::string::npos);
+  BOOST_TEST(nul.find("\"a\\\\x00b\\\\x01c\\\\x7f\\n(3) float64\"") != std::string::npos, nul);
+  // A label over Graphviz's 16384-byte string limit is split into "..." + "..." pieces.
+  const std::string name(20000, 'n');
+  const std::string text = to_dot(y, {{name, w}});
+  const std::size_t start = text.find("\"nnnn");
+  BOOST_TEST_REQUIRE(start != std::string::npos);
+  std::string joined;
+  std::size_t longest = 0, pieces = 0;
+  for (std::size_t at = start;;) {  // "piece" + "piece" + ... "piece"
+    const std::size_t end = text.find('"', at + 1);
+    joined += text.substr(at + 1, end - at - 1);
+    longest = std::max(longest, end - at - 1);
+    ++pieces;
+    if (text.compare(end + 1, 4, " + \"") != 0) break;
+    at = end + 4;
+  }
+  BOOST_TEST(pieces >= 5u);
+  BOOST_TEST(longest <= 16384u);
+  BOOST_TEST(joined == name + "\\n(3) float64");
+  if (have_dot()) {
+    BOOST_TEST(render_svg(nul, "nul") == 0);
+    BOOST_TEST(render_svg(text, "long") == 0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_root_that_requires_no_grad_is_a_constant) {
+  // Counted (and drawn) only with show_constants, as the other constants.
+  const Tensor c = zeros({2}, DType::Float64);
+  const DotGraph shown = graph_to_dot({c});
+  BOOST_TEST(shown.constants == 1u);
+  BOOST_TEST(shown.text.find("const0 [label=\"const\\n(2) float64\"") != std::string::npos, shown.text);
+  DotOptions o;
+  o.show_constants = false;
+  const DotGraph hidden = graph_to_dot({c}, {}, o);
+  BOOST_TEST(hidden.constants == 0u);
+  BOOST_TEST(hidden.text.find("const") == std::string::npos, hidden.text);
+  if (have_dot()) BOOST_TEST(render_svg(hidden.text, "hidden_root") == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

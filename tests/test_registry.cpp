@@ -42,6 +42,18 @@ BOOST_AUTO_TEST_CASE(every_registered_op_passes_check_op) {
 
 // The ops recorded with record_fused get their two backwards compared without being listed
 // anywhere; plain ops (softmax's backward is one differentiable kernel) get none.
+BOOST_AUTO_TEST_CASE(check_op_without_a_function_is_a_value_error) {
+  OpInfo op;
+  op.name = "nothing";
+  op.samples = [](Rng& rng) { return std::vector<OpSample>{{"x", {sample_randn({2}, rng)}}}; };
+  try {  // a failure "threw: bad_function_call" per sample before
+    check_op(op);
+    BOOST_ERROR("no error for an op without a function");
+  } catch (const ValueError& e) {
+    BOOST_TEST(std::string(e.what()) == "check_op(nothing): no function given");
+  }
+}
+
 BOOST_AUTO_TEST_CASE(fused_ops_are_compared_and_plain_ops_are_not) {
   for (const char* name : {"attention", "attention(masks)", "attention(causal, masks)", "attention(float mask)",
                            "attention_packed", "attention_packed(causal, masks)", "layer_norm",
