@@ -162,8 +162,8 @@ std::vector<Tensor> Node::apply(const Tensor& grad, bool create_graph) const {
   return grads;
 }
 
-// Sequentially consistent: a hold that a concurrent release does not see (its count still 2)
-// sees released_ after its own increment, or runs before it; the last hold to end frees.
+// Sequentially consistent: a hold that release() does not count either came first (release
+// then leaves the freeing to the last drop) or sees released_ and reads nothing.
 void Node::hold() {
   holds_.fetch_add(1);
   if (released_.load()) {
@@ -178,7 +178,7 @@ void Node::drop() {
 
 void Node::release() {
   released_.store(true);
-  drop();
+  if (holds_.load() == 1) free_saved();  // the caller's hold is the only one
 }
 
 void Node::free_saved() {
@@ -298,30 +298,21 @@ struct Graph {
   std::unordered_map<Key, int> consumers;
 };
 
-// The nodes one backward holds (Node::hold), each dropped when the backward ends unless the
-// backward released it first.
+// The nodes one backward holds (Node::hold), each dropped when the backward ends.
 class Holds {
  public:
   Holds() = default;
   Holds(const Holds&) = delete;
   Holds& operator=(const Holds&) = delete;
   ~Holds() {
-    for (const auto& n : nodes_)
-      if (n) n->drop();
+    for (const auto& n : nodes_) n->drop();
   }
   void hold(const std::shared_ptr<Node>& n) {
     n->hold();
-    index_.emplace(n.get(), nodes_.size());
     nodes_.push_back(n);
-  }
-  void release(Node& n) {
-    std::shared_ptr<Node>& held = nodes_[index_.at(&n)];
-    n.release();
-    held.reset();
   }
  private:
   std::vector<std::shared_ptr<Node>> nodes_;  // owned: a failed discovery frees its tensors first
-  std::unordered_map<const Node*, std::size_t> index_;
 };
 
 Graph discover(const std::vector<Tensor>& outputs, Holds& holds) {
@@ -522,7 +513,7 @@ void run_backward(const char* who, const std::vector<Tensor>& outputs,
       std::vector<Tensor> inputs = node->inputs();
       std::vector<Tensor> in_grads;
       if (g.defined()) in_grads = node->apply(g, create_graph);
-      if (!retain_graph) holds.release(*node);
+      if (!retain_graph) node->release();
       for (std::size_t i = 0; i < inputs.size() && i < in_grads.size(); ++i)
         if (inputs[i].requires_grad() && keep(key_of(inputs[i])) && in_grads[i].defined())
           accumulate(key_of(inputs[i]), in_grads[i]);

@@ -70,9 +70,9 @@ class Node : public std::enable_shared_from_this<Node> {
   // Engine use. A backward holds every node it may run from discovery to its end, so another
   // thread's backward through the same nodes without retain_graph cannot free one under it.
   // hold(): the "second time" GraphError (nothing held) when the node was released; drop():
-  // ends a hold; release() (after a backward without retain_graph ran the node): marks it
-  // released, so a later hold or apply throws GraphError, and ends the caller's hold. Inputs
-  // and saved state are freed when the last hold ends.
+  // ends a hold; release() (by a holder, after a backward without retain_graph ran the node):
+  // marks it released, so a later hold or apply throws GraphError. Inputs and saved state are
+  // freed then if the caller holds it alone, else when the last hold ends.
   void hold();
   void drop();
   void release();

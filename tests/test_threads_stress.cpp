@@ -161,15 +161,22 @@ BOOST_AUTO_TEST_CASE(two_threads_accumulate_into_one_leaf) {
 // succeeds gives the right gradient.
 BOOST_AUTO_TEST_CASE(two_threads_differentiate_one_graph) {
   Rng rng(43);
-  const Tensor x = randn({16, 32}, rng), w0 = randn({32, 8}, rng);
-  auto loss_of = [&](const Tensor& w) { return sum(tanh(matmul(tanh(matmul(x, w)), transpose(w, 0, 1)))); };
+  const Tensor x = randn({16, 32}, rng), w0 = mul_scalar(randn({32, 32}, rng), 0.2);
+  auto loss_of = [&](const Tensor& w) {  // 60 nodes: long enough for the threads to overlap
+    Tensor h = x;
+    for (int layer = 0; layer < 30; ++layer) h = tanh(matmul(h, w));
+    return sum(h);
+  };
   Tensor w = w0.clone();
   w.set_requires_grad(true);
   const std::vector<double> ref = grad({loss_of(w)}, {w})[0].to_vector();
   std::atomic<int> ok{0}, second_time{0}, other{0}, wrong{0};
   for (int round = 0; round < 100 * kScale; ++round) {
     const Tensor loss = loss_of(w);
+    std::atomic<int> ready{0};
     auto run = [&] {
+      ++ready;
+      while (ready.load() < 2) std::this_thread::yield();  // start together
       try {
         wrong += !same_bits(grad({loss}, {w})[0], ref);
         ++ok;

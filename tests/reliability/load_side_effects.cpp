@@ -11,6 +11,8 @@
 
 #include <xgrad/xgrad.hpp>
 
+#include "sanitized.hpp"
+
 int main() {
   int failures = 0;
   auto check = [&](bool ok, const char* what) {
@@ -18,12 +20,7 @@ int main() {
     failures += !ok;
   };
   check(openblas_get_num_threads() == 2, "OpenBLAS keeps the host's 2 threads after the library loaded");
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define XGRAD_TEST_SANITIZED 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(XGRAD_TEST_SANITIZED)
+#if defined(XGRAD_TEST_SANITIZED)
   std::cout << "skip  malloc check: a sanitizer replaces glibc's malloc in this build\n";
 #elif defined(__GLIBC__)
   {

@@ -11,6 +11,8 @@
 
 #include <xgrad/xgrad.hpp>
 
+#include "sanitized.hpp"
+
 namespace {
 
 long status_field(const char* name) {  // from /proc/self/status: VmSize in kB, Threads
@@ -23,12 +25,7 @@ long status_field(const char* name) {  // from /proc/self/status: VmSize in kB, 
 }  // namespace
 
 int main() {
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define XGRAD_TEST_SANITIZED 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(XGRAD_TEST_SANITIZED)
+#if defined(XGRAD_TEST_SANITIZED)
   std::cout << "skip  a sanitizer build needs the address space this test limits\n";
   return 0;
 #else
