@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "helpers.hpp"
+#include "sanitized.hpp"
 #include "xgrad/framework/array.hpp"
 #include "xgrad/framework/errors.hpp"
 #include "xgrad/framework/runtime.hpp"
@@ -176,13 +177,6 @@ BOOST_AUTO_TEST_CASE(absurd_module_sizes_name_the_module_and_parameter) {
 // A genuine out-of-memory under max_tensor_bytes() (here: the address space limited to 1 GiB
 // in a forked child) is a MemoryError naming the op and the shape, not std::bad_alloc.
 // Skipped under sanitizers, whose shadow memory needs more address space than that.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define XGRAD_TEST_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define XGRAD_TEST_SANITIZED 1
-#endif
-#endif
 BOOST_AUTO_TEST_CASE(genuine_out_of_memory_is_a_memory_error_naming_the_op) {
 #ifdef XGRAD_TEST_SANITIZED
   BOOST_TEST_MESSAGE("skipped under a sanitizer");

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "helpers.hpp"
+#include "sanitized.hpp"
 #include "xgrad/framework/autograd.hpp"
 #include "xgrad/framework/parallel.hpp"
 #include "xgrad/framework/runtime.hpp"
@@ -30,14 +31,8 @@ bool same_bits(const Tensor& a, const std::vector<double>& ref) {
 }
 
 // Sanitizer builds are 5-20x slower: fewer repetitions there, same coverage of shapes.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#ifdef XGRAD_TEST_SANITIZED
 constexpr int kScale = 1;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-constexpr int kScale = 1;
-#else
-constexpr int kScale = 5;
-#endif
 #else
 constexpr int kScale = 5;
 #endif

@@ -11,7 +11,7 @@
 
 #include <xgrad/xgrad.hpp>
 
-#include "sanitized.hpp"
+#include "../sanitized.hpp"
 
 namespace {
 
