@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "xgrad/framework/parallel.hpp"
@@ -59,10 +60,13 @@ Tensor reduce_sum(const char* op, const Tensor& x, const Shape& K, const Shape& 
     using T = decltype(zero);
     using A = detail::Accumulator<T>;
     Tensor y = empty_tensor<T>(out_shape, op);
-    std::vector<A> sums(y.numel(), A(0));  // rounded into y at the end
-    A* py = sums.data();
+    std::vector<A> wide;  // float32: the float64 sums, rounded into y at the end
+    A* py;
+    if constexpr (std::is_same_v<A, T>) py = fresh_data<T>(y);
+    else wide.resize(y.numel()), py = wide.data();
+    std::fill_n(py, y.numel(), A(0));
     auto rounded = [&] {
-      std::copy(sums.begin(), sums.end(), fresh_data<T>(y));
+      if constexpr (!std::is_same_v<A, T>) std::copy(wide.begin(), wide.end(), fresh_data<T>(y));
       return y;
     };
     const Shape& X = x.shape();
@@ -75,7 +79,7 @@ Tensor reduce_sum(const char* op, const Tensor& x, const Shape& K, const Shape& 
       // Panels of kRows rows (kRows x cols stays in L2), and within one, a whole block of kCols
       // columns carried in a local array that the compiler keeps in vector registers (kCols sums:
       // 8 AVX-512 / 16 AVX2 registers) instead of a load and a store per element. Each column is
-      // still 0 + x_0 + x_1 + ... in row order (sums holds the running sums between panels), so the
+      // still 0 + x_0 + x_1 + ... in row order (py holds the running sums between panels), so the
       // same bits.
       constexpr std::size_t kRows = 32;
       parallel_for((cols + kCols - 1) / kCols, kCols * rows * kElementCost, [&](std::size_t begin, std::size_t end) {
