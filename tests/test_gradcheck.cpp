@@ -218,7 +218,7 @@ BOOST_AUTO_TEST_CASE(tolerances_and_eps_out_of_range_are_value_errors) {
   exact.atol = exact.rtol = 0;  // allowed: exact agreement required
   BOOST_TEST(!gradcheck(wrong, x, exact).ok);
   const double kBad[] = {kNaN, kInf, -kInf, -1e-5};
-  for (const auto& [who, check] : kChecks)
+  for (const auto& [who, check_fn] : kChecks)
     for (const char* option : {"eps", "atol", "rtol", "fused_rtol"})
       for (double bad : kBad) {
         GradcheckOptions o;
@@ -228,17 +228,17 @@ BOOST_AUTO_TEST_CASE(tolerances_and_eps_out_of_range_are_value_errors) {
         if (std::string(option) == "fused_rtol") o.fused_rtol = bad;
         BOOST_TEST_CONTEXT(who << " " << option << " = " << bad) {
           const std::string bound = std::string(option) == "eps" ? "> 0" : ">= 0";
-          expect_error<ValueError>([&] { check(wrong, x, o); },
+          expect_error<ValueError>([&, check = check_fn] { check(wrong, x, o); },
                                    {who + "(f): option " + option + " must be finite and " + bound + ", got "});
         }
       }
-  for (const auto& [who, check] : kChecks) {
+  for (const auto& [who, check_fn] : kChecks) {
     GradcheckOptions o;
     o.eps = 0;
-    expect_error<ValueError>([&] { check(wrong, x, o); }, {who + "(f): option eps must be finite and > 0, got 0"});
+    expect_error<ValueError>([&, check = check_fn] { check(wrong, x, o); }, {who + "(f): option eps must be finite and > 0, got 0"});
     o.eps = 1e-6;
     o.rtol = kNaN;
-    expect_error<ValueError>([&] { check(wrong, x, o); }, {who + "(f): option rtol must be finite and >= 0, got nan"});
+    expect_error<ValueError>([&, check = check_fn] { check(wrong, x, o); }, {who + "(f): option rtol must be finite and >= 0, got nan"});
   }
 }
 
@@ -247,8 +247,8 @@ BOOST_AUTO_TEST_CASE(the_same_tensor_in_two_slots_is_two_variables) {
   // perturbs one slot at a time; the checks failed a correct op before.
   const Tensor a = leaf({0.5, -1.5, 2}, {3});
   const TensorFn f = [](const std::vector<Tensor>& in) { return mul(in[0], in[1]); };
-  for (const auto& [who, check] : kChecks) {
-    const GradcheckResult r = check(f, {a, a}, {});
+  for (const auto& [who, check_fn] : kChecks) {
+    const GradcheckResult r = check_fn(f, {a, a}, {});
     BOOST_TEST(r.ok, who << ": " << r.message);
   }
   // A wrong op still fails with aliased slots, and nothing is written to the caller's tensor.
@@ -259,8 +259,8 @@ BOOST_AUTO_TEST_CASE(the_same_tensor_in_two_slots_is_two_variables) {
 
 BOOST_AUTO_TEST_CASE(an_empty_function_is_a_value_error) {
   const std::vector<Tensor> x = {leaf({1, 2}, {2})};
-  for (const auto& [who, check] : kChecks)
-    expect_error<ValueError>([&] { check(TensorFn(), x, {}); }, {who + "(f): no function given"});
+  for (const auto& [who, check_fn] : kChecks)
+    expect_error<ValueError>([&, check = check_fn] { check(TensorFn(), x, {}); }, {who + "(f): no function given"});
 }
 
 BOOST_AUTO_TEST_CASE(every_check_requires_a_defined_float64_output) {
@@ -268,11 +268,11 @@ BOOST_AUTO_TEST_CASE(every_check_requires_a_defined_float64_output) {
   const TensorFn to32 = [](const std::vector<Tensor>& in) { return in[0].to(DType::Float32); };
   const TensorFn undefined = [](const std::vector<Tensor>&) { return Tensor(); };
   const TensorFn to_int = [](const std::vector<Tensor>& in) { return argmax(in[0], 0); };
-  for (const auto& [who, check] : kChecks) {
+  for (const auto& [who, check_fn] : kChecks) {
     BOOST_TEST_CONTEXT(who) {
-      expect_error<DTypeError>([&] { check(to32, x, {}); }, {who + "(f): f must return a float64 tensor, got (2) float32"});
-      expect_error<DTypeError>([&] { check(to_int, x, {}); }, {who + "(f): f must return a float64 tensor, got () int64"});
-      expect_error<ValueError>([&] { check(undefined, x, {}); }, {who + "(f): f returned an undefined tensor"});
+      expect_error<DTypeError>([&, check = check_fn] { check(to32, x, {}); }, {who + "(f): f must return a float64 tensor, got (2) float32"});
+      expect_error<DTypeError>([&, check = check_fn] { check(to_int, x, {}); }, {who + "(f): f must return a float64 tensor, got () int64"});
+      expect_error<ValueError>([&, check = check_fn] { check(undefined, x, {}); }, {who + "(f): f returned an undefined tensor"});
     }
   }
 }
