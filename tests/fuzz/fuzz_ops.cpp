@@ -264,7 +264,8 @@ void check_softmax_rows(const char* op, const Tensor& x, const Tensor& full_mask
                         std::size_t axis, bool log_out) {
   const auto xv = x.to_vector(), yv = y.to_vector();
   std::vector<double> mv = full_mask.defined() ? full_mask.to_vector() : std::vector<double>();
-  const Shape& s = x.shape();
+  const Shape s = x.dim() == 0 ? Shape{1} : x.shape();  // a rank-0 x is one row of one element
+  if (x.dim() == 0) axis = 0;
   std::size_t outer = 1, n = s[axis], inner = 1;
   for (std::size_t d = 0; d < axis; ++d) outer *= s[d];
   for (std::size_t d = axis + 1; d < s.size(); ++d) inner *= s[d];
